@@ -1,0 +1,212 @@
+"""Router benchmark: requests/s, router CPU ms per request, added latency.
+
+Starts a fast fake OpenAI-compatible backend and the router (pinned to one
+core with taskset when available), then drives both the router and the
+backend directly with the same load, non-streaming and streaming.
+
+    .venv/bin/python bench/bench.py                   # uvicorn, defaults
+    .venv/bin/python bench/bench.py --server daphne
+    .venv/bin/python bench/bench.py --api-key         # through the key gate
+
+Numbers are printed as a table and as JSON (--json FILE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process and its threads, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+CHAT = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}]}
+
+
+async def load(url: str, body: bytes, *, concurrency: int, duration: float, stream: bool, headers: dict) -> dict:
+    """Closed-loop load: `concurrency` workers, each sending back to back."""
+    latencies: list[float] = []
+    firsts: list[float] = []
+    errors = 0
+    stop_at = time.monotonic() + duration
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as r:
+                        if stream:
+                            first = None
+                            async for _chunk in r.content.iter_any():
+                                if first is None:
+                                    first = time.perf_counter() - t0
+                            firsts.append(first or 0.0)
+                        else:
+                            await r.read()
+                        if r.status != 200:
+                            errors += 1
+                            continue
+                except aiohttp.ClientError:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+
+        t_start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t_start
+    n = len(latencies)
+    return {
+        "requests": n,
+        "errors": errors,
+        "rps": n / elapsed if elapsed else 0.0,
+        "p50_ms": statistics.median(latencies) * 1000 if latencies else None,
+        "p99_ms": (sorted(latencies)[int(n * 0.99) - 1] * 1000) if n > 100 else None,
+        "first_p50_ms": statistics.median(firsts) * 1000 if firsts else None,
+    }
+
+
+def start(cmd: list[str], env: dict, cpu: str | None, log: Path) -> subprocess.Popen:
+    if cpu is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", cpu, *cmd]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def router_pid(proc: subprocess.Popen) -> int:
+    """The server process itself (taskset execs, so it is the same pid)."""
+    return proc.pid
+
+
+async def scenario(name, router_url, direct_url, body, *, concurrency, duration, stream, headers, pid):
+    await load(router_url, body, concurrency=concurrency, duration=min(2.0, duration), stream=stream, headers=headers)  # warm up
+    c0 = cpu_seconds(pid)
+    via = await load(router_url, body, concurrency=concurrency, duration=duration, stream=stream, headers=headers)
+    c1 = cpu_seconds(pid)
+    direct = await load(direct_url, body, concurrency=concurrency, duration=duration, stream=stream, headers={})
+    cpu_ms = (c1 - c0) * 1000 / via["requests"] if via["requests"] else None
+    row = {"scenario": name, "concurrency": concurrency, "router": via, "direct": direct, "router_cpu_ms_per_req": cpu_ms}
+    if via["p50_ms"] is not None and direct["p50_ms"] is not None:
+        row["added_p50_ms"] = via["p50_ms"] - direct["p50_ms"]
+    if stream and via["first_p50_ms"] is not None and direct["first_p50_ms"] is not None:
+        row["added_first_event_ms"] = via["first_p50_ms"] - direct["first_p50_ms"]
+    return row
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--server", choices=["uvicorn", "daphne"], default="uvicorn")
+    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--api-key", action="store_true", help="blocking mode, requests carry a valid key")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="router-bench-"))
+    backend_port, router_port = free_port(), free_port()
+    cfg = tmp / "bench.yaml"
+    cfg.write_text(
+        f"backends:\n  - name: bench-a\n    url: http://127.0.0.1:{backend_port}\n    models: [bench]\n"
+        f"api_keys:\n  mode: {'blocking' if args.api_key else 'open'}\n"
+        "health:\n  enabled: false\n"
+    )
+    env = {**os.environ, "ROUTER_CONFIG": str(cfg), "ROUTER_VAR_DIR": str(tmp), "ROUTER_LOG_LEVEL": "WARNING",
+           "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "PYTHONUNBUFFERED": "1"}
+    subprocess.run([PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
+    headers = {"content-type": "application/json"}
+    if args.api_key:
+        out = subprocess.run([PY, "manage.py", "createapikey", "--name", "bench"], env=env, cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout
+        headers["authorization"] = "Bearer " + out.strip().splitlines()[-1]
+    backend = start([PY, "-m", "router.demo.openai_backend", "--port", str(backend_port), "--name", "bench-a",
+                     "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
+    if args.server == "uvicorn":
+        cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(router_port), "--loop", "uvloop",
+               "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+    else:
+        cmd = [PY, "-m", "daphne", "-p", str(router_port), "config.asgi:application"]
+    router = start(cmd, env, "0", tmp / "router.log")
+    try:
+        await wait_http(f"http://127.0.0.1:{backend_port}/health")
+        await wait_http(f"http://127.0.0.1:{router_port}/readyz")
+        rurl = f"http://127.0.0.1:{router_port}/v1/chat/completions"
+        durl = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
+        plain = orjson.dumps(CHAT)
+        streaming = orjson.dumps({**CHAT, "stream": True})
+        pid = router_pid(router)
+        rows = [
+            await scenario("non-stream", rurl, durl, plain, concurrency=args.concurrency, duration=args.duration, stream=False, headers=headers, pid=pid),
+            await scenario("non-stream", rurl, durl, plain, concurrency=1, duration=args.duration / 2, stream=False, headers=headers, pid=pid),
+            await scenario("stream", rurl, durl, streaming, concurrency=args.concurrency, duration=args.duration, stream=True, headers=headers, pid=pid),
+            await scenario("stream", rurl, durl, streaming, concurrency=1, duration=args.duration / 2, stream=True, headers=headers, pid=pid),
+        ]
+    finally:
+        stop(router)
+        stop(backend)
+    print(f"server={args.server} api_key={args.api_key} (router pinned to cpu0; backend+load on cpu1)")
+    print(f"{'scenario':<11}{'conc':>5}{'router rps':>12}{'direct rps':>12}{'cpu ms/req':>12}{'added p50':>11}{'added 1st':>11}{'errors':>8}")
+    for r in rows:
+        def f(v):
+            return f"{v:.2f}" if isinstance(v, float) else "-"
+        print(f"{r['scenario']:<11}{r['concurrency']:>5}{r['router']['rps']:>12.0f}{r['direct']['rps']:>12.0f}"
+              f"{f(r['router_cpu_ms_per_req']):>12}{f(r.get('added_p50_ms')):>11}{f(r.get('added_first_event_ms')):>11}{r['router']['errors']:>8}")
+    if args.json:
+        Path(args.json).write_text(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,50 @@
+"""ASGI entry point (uvicorn or daphne).
+
+- `/v1/*` and the probe endpoints go to a lean Django handler (config.lean):
+  same URLconf and views, no middleware or thread hops on the hot path.
+- Everything else (dashboard, admin, /status) goes through full Django.
+- Each web process starts its routing runtime in its own event loop: on ASGI
+  lifespan startup where the server supports it (uvicorn), else on the first
+  request (daphne has no lifespan).
+"""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_app = get_asgi_application()
+
+from config.lean import LeanASGIHandler  # noqa: E402
+from router.runtime import get_runtime  # noqa: E402
+
+lean_app = LeanASGIHandler()
+LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
+
+
+async def application(scope, receive, send):
+    kind = scope["type"]
+    if kind == "http":
+        runtime = get_runtime()
+        if not runtime._started:
+            await runtime.start()
+        path = scope["path"]
+        if path.startswith("/v1/") or path in LEAN_PATHS:
+            await lean_app(scope, receive, send)
+        else:
+            await django_app(scope, receive, send)
+    elif kind == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await get_runtime().start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await get_runtime().stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    elif kind == "websocket":
+        from dashboard.routing import websocket_app
+
+        await websocket_app(scope, receive, send)

@@ -1,0 +1,57 @@
+"""The /v1 surface (django-ninja, async). Thin: every route calls the pipeline."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+
+from . import models_api, proxy
+from .core.errors import MethodNotAllowed, NotFound
+
+api = NinjaAPI(
+    title="LLM router /v1",
+    version="1",
+    urls_namespace="v1",
+    docs_url=None,
+    openapi_url=None,
+)
+
+
+@api.post("/chat/completions", include_in_schema=False)
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await proxy.handle(request, "chat/completions")
+
+
+@api.post("/completions", include_in_schema=False)
+async def completions(request: HttpRequest) -> HttpResponse:
+    return await proxy.handle(request, "completions")
+
+
+@api.post("/embeddings", include_in_schema=False)
+async def embeddings(request: HttpRequest) -> HttpResponse:
+    return await proxy.handle(request, "embeddings")
+
+
+@api.post("/responses", include_in_schema=False)
+async def responses(request: HttpRequest) -> HttpResponse:
+    return await proxy.handle(request, "responses")
+
+
+@api.get("/models", include_in_schema=False)
+async def list_models(request: HttpRequest) -> HttpResponse:
+    return await models_api.list_models(request)
+
+
+@api.get("/models/{path:model_id}", include_in_schema=False)
+async def get_model(request: HttpRequest, model_id: str) -> HttpResponse:
+    return await models_api.get_model(request, model_id)
+
+
+async def unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Anything else under /v1: OpenAI-shaped 404/405, never an HTML page."""
+    known = {"chat/completions", "completions", "embeddings", "responses", "models"}
+    if rest.strip("/") in known or rest.startswith("models/"):
+        exc = MethodNotAllowed(f"Method {request.method} is not allowed on /v1/{rest}.")
+    else:
+        exc = NotFound(f"Unknown path /v1/{rest}. See /v1/models for what this router serves.")
+    return proxy.error_response(exc)

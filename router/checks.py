@@ -1,0 +1,1 @@
+from django.core import checks  # noqa: F401

@@ -1,0 +1,188 @@
+"""The operator YAML: schema, `${ENV}` interpolation, errors that name the key.
+
+Unknown keys are rejected with their YAML path (``backends[2].wieght``). The
+schema is the single source of the IFACE contract; docs/configuration.md
+mirrors it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .core.backend import KINDS
+from .core.ipnets import parse_networks
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(Exception):
+    """A config file problem; the message names the file, the key and a fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class BackendConfig(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    url: str
+    kind: str = "openai_compat"
+    models: list[str] = Field(min_length=1)
+    served_model: str | None = None
+    weight: int = Field(default=100, ge=1, le=1000)
+    capacity: int | None = Field(default=None, ge=1)
+    priority: int = 0
+    api_key: str | None = None
+    connect_timeout: float = Field(default=5.0, gt=0)
+    read_timeout: float = Field(default=600.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in KINDS:
+            raise ValueError(f"unknown kind {v!r}; one of: {', '.join(sorted(KINDS))}")
+        return v
+
+
+class HealthConfig(_Strict):
+    enabled: bool = True
+    interval: float = Field(default=10.0, gt=0)
+    timeout: float = Field(default=2.0, gt=0)
+    path: str = "/v1/models"
+    unhealthy_threshold: int = Field(default=2, ge=1)
+    healthy_threshold: int = Field(default=1, ge=1)
+    failure_threshold: int = Field(default=3, ge=1, description="passive: failures that open the breaker")
+    cooldown: float = Field(default=10.0, gt=0)
+
+
+class RetryConfig(_Strict):
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    backoff: float = Field(default=0.05, ge=0)
+    retry_on_status: list[int] = Field(default_factory=lambda: [429, 500, 502, 503, 504])
+
+
+class FallbackConfig(_Strict):
+    fallback_chains: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class ApiKeysConfig(_Strict):
+    mode: Literal["open", "blocking"] = "open"
+    rate_limit_scope: Literal["node", "cluster"] = "node"
+
+
+class QueueConfig(_Strict):
+    max_wait: float = Field(default=10.0, ge=0, description="seconds a request waits for capacity")
+    max_waiting: int = Field(default=1000, ge=0)
+
+
+class ServerConfig(_Strict):
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _nets(cls, v: list[str]) -> list[str]:
+        parse_networks(v, strict=True)
+        return v
+
+
+class RouterFile(_Strict):
+    backends: list[BackendConfig] = Field(default_factory=list)
+    selection_strategy: Literal[
+        "weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash"
+    ] = "weighted_round_robin"
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    fallback: FallbackConfig = Field(default_factory=FallbackConfig)
+    api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    # Validated by the appproxy app (seed §7 / §9.11); kept raw here.
+    appproxy: dict[str, Any] | None = None
+    appproxy_router: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _unique(self) -> RouterFile:
+        seen: set[str] = set()
+        for i, b in enumerate(self.backends):
+            if b.name in seen:
+                raise ValueError(f"backends[{i}].name: duplicate backend name {b.name!r}")
+            seen.add(b.name)
+        return self
+
+
+def interpolate(value: Any, path: str = "") -> Any:
+    """Replace ${VAR} from the environment; a missing variable is an error."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise ConfigError(
+                    f"{path or '<root>'}: environment variable {name} is not set "
+                    f"(export {name}=… or remove the reference)"
+                )
+            return os.environ[name]
+
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: interpolate(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def parse(text: str, *, source: str = "<config>") -> tuple[RouterFile, dict[str, Any]]:
+    """Validate YAML text. Returns the model (interpolated) and the raw document
+    (templates kept, so secrets are never stored)."""
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    try:
+        resolved = interpolate(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    try:
+        model = RouterFile.model_validate(resolved)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = _loc(err["loc"])
+            if err["type"] == "extra_forbidden":
+                lines.append(f"{source}: {where}: unknown key (check the spelling; see docs/configuration.md)")
+            else:
+                lines.append(f"{source}: {where}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+    return model, raw
+
+
+def load(path: str | Path) -> tuple[RouterFile, dict[str, Any]]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the config file ({exc.strerror})") from None
+    return parse(text, source=str(p))

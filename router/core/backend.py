@@ -1,0 +1,47 @@
+"""The immutable description of one backend (a replica or a provider).
+
+Built from YAML (`source="config"`), the admin (`"admin"`) or the AppProxy
+reconcile (`"appproxy"`). Runtime facts (health, in-flight, latency) are not
+here: they live in `router.core.health.BackendState`, one per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .secret import Secret
+
+PASSTHROUGH_KINDS = frozenset(
+    {
+        "openai_compat",
+        "openai_api",
+        "vllm",
+        "vllm-mlx",
+        "lemonade",
+        "sglang",
+        "seulgivibe_claude",
+        "seulgivibe_openai",
+    }
+)
+NORMALIZED_KINDS = frozenset({"ollama", "cli"})
+KINDS = PASSTHROUGH_KINDS | NORMALIZED_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    name: str
+    url: str  # base URL without trailing slash, e.g. http://127.0.0.1:8001
+    kind: str = "openai_compat"
+    models: tuple[str, ...] = ()  # client-facing names (aliases are more names)
+    served_model: str | None = None  # the model field sent upstream, if rewritten
+    weight: int = 100  # 1..1000
+    capacity: int | None = None  # max in flight; None = unlimited
+    priority: int = 0  # lower is preferred
+    api_key: Secret | None = None
+    source: str = "config"  # config | admin | appproxy
+    connect_timeout: float = 5.0
+    read_timeout: float = 600.0
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+    def served_name(self, requested: str) -> str:
+        return self.served_model or requested

@@ -1,0 +1,211 @@
+"""The one error catalogue: every failure a client can see, OpenAI-shaped.
+
+Each class carries its HTTP status, OpenAI `type` and `code`. Raise them
+anywhere on the request path; the view boundary renders `to_body()`.
+Messages never contain secrets (keys, tokens, hashes).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+
+class RouterError(Exception):
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = "internal_error"
+    message: str = "The router failed to handle the request."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.message = message or type(self).message
+        self.param = param
+        self.headers = headers or {}
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def to_body(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    def to_sse(self) -> bytes:
+        """The event that ends a stream which failed after its first byte."""
+        return b"data: " + self.to_body() + b"\n\n"
+
+
+# 400
+class InvalidRequest(RouterError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+    message = "The request is invalid."
+
+
+class InvalidJSON(InvalidRequest):
+    code = "invalid_json"
+    message = "The request body is not valid JSON."
+
+
+class MissingModel(InvalidRequest):
+    code = "missing_model"
+    message = "You must provide a model parameter."
+
+
+class UnsupportedParameter(InvalidRequest):
+    code = "unsupported_parameter"
+    message = "A parameter is not supported by the selected provider."
+
+
+class PathSelectorRejected(InvalidRequest):
+    code = "invalid_request"
+    message = "The execution path is chosen by the router, not by the client."
+
+
+# 401
+class MissingApiKey(RouterError):
+    status = 401
+    type = "invalid_request_error"
+    code = "missing_api_key"
+    message = (
+        "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' "
+        "or 'x-api-key: <key>'."
+    )
+
+
+class InvalidApiKey(RouterError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+    message = "Incorrect API key provided."
+
+
+class ExpiredApiKey(InvalidApiKey):
+    code = "expired_api_key"
+    message = "The API key has expired."
+
+
+class InvalidToken(RouterError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_token"
+    message = "The bearer token for this endpoint is missing or invalid."
+
+
+# 403
+class PermissionDenied(RouterError):
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+    message = "You are not allowed to perform this request."
+
+
+class ModelNotAllowed(PermissionDenied):
+    code = "model_not_allowed"
+    message = "This API key is not allowed to use the requested model."
+
+
+class ClientIpNotAllowed(PermissionDenied):
+    code = "ip_not_allowed"
+    message = "Client address not allowed."
+
+
+# 404
+class NotFound(RouterError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+    message = "Unknown path."
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+    message = "The requested model does not exist."
+
+
+class EndpointNotFound(NotFound):
+    code = "endpoint_not_found"
+    message = "No endpoint is registered for this host."
+
+
+# 405
+class MethodNotAllowed(RouterError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+    message = "Method not allowed."
+
+
+# 413
+class RequestTooLarge(RouterError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+    message = "The request body is larger than the router accepts."
+
+
+# 429
+class RateLimited(RouterError):
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+    message = "Rate limit reached for this API key."
+
+
+class CapacityExhausted(RouterError):
+    status = 429
+    type = "server_overloaded"
+    code = "capacity_exhausted"
+    message = "Every provider of this model is at capacity; retry later."
+
+
+# 5xx
+class UpstreamError(RouterError):
+    status = 502
+    type = "server_error"
+    code = "upstream_error"
+    message = "The upstream provider failed."
+
+
+class NoBackendAvailable(RouterError):
+    status = 503
+    type = "server_error"
+    code = "no_backend_available"
+    message = "No healthy backend is available for this model."
+
+
+class NotReady(RouterError):
+    status = 503
+    type = "server_error"
+    code = "not_ready"
+    message = "The router has not loaded its routing state yet."
+
+
+class UpstreamTimeout(RouterError):
+    status = 504
+    type = "server_error"
+    code = "upstream_timeout"
+    message = "The upstream provider did not answer in time."
+
+
+def catalogue() -> list[type[RouterError]]:
+    """Every concrete error class (the parametrised test walks them all)."""
+    seen: list[type[RouterError]] = []
+    stack = [RouterError]
+    while stack:
+        cls = stack.pop()
+        seen.append(cls)
+        stack.extend(cls.__subclasses__())
+    return seen

@@ -1,0 +1,64 @@
+"""The routing snapshot: everything a /v1 request reads, immutable.
+
+A web process holds exactly one reference to the current snapshot and swaps
+it atomically when the revision changes; a request keeps the snapshot it
+started with, so a reload never changes the rules under a running request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backend import BackendSpec
+from .ipnets import Network
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff_s: float = 0.05
+    retry_on_status: frozenset[int] = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    max_wait_s: float = 10.0
+    max_waiting: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    revision: int
+    backends: Mapping[str, BackendSpec]
+    by_model: Mapping[str, tuple[BackendSpec, ...]]  # every name and alias
+    fallback_chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    strategy: str = "weighted_round_robin"
+    retry: RetryPolicy = RetryPolicy()
+    queue: QueuePolicy = QueuePolicy()
+    health: Any = None  # router.core.health.HealthPolicy
+    max_body_bytes: int = 32 * 1024 * 1024
+    trusted_proxies: tuple[Network, ...] = ()
+    api_keys_mode: str = "open"
+    rate_limit_scope: str = "node"
+    keyring: Any = None  # keys.keyring.Keyring
+    ingress: Any = None  # appproxy ingress table (legacy Host routing), or None
+    created: int = 0  # epoch seconds, the `created` of /v1/models objects
+
+    def known(self, model: str) -> bool:
+        return model in self.by_model
+
+    def model_names(self) -> list[str]:
+        return sorted(self.by_model)
+
+
+def group_by_model(backends: Mapping[str, BackendSpec]) -> dict[str, tuple[BackendSpec, ...]]:
+    groups: dict[str, list[BackendSpec]] = {}
+    for spec in backends.values():
+        for name in spec.models:
+            groups.setdefault(name, []).append(spec)
+    return {name: tuple(specs) for name, specs in groups.items()}
+
+
+EMPTY = Snapshot(revision=-1, backends={}, by_model={})

@@ -1,0 +1,61 @@
+"""The DB mirror of routing state. Web processes never read it per request:
+they compile an immutable snapshot from it when the revision changes.
+
+Ownership: a writer only adds/updates/removes rows of its own `source`
+(config: the YAML loader; admin: operators; appproxy: the reconcile).
+"""
+
+from __future__ import annotations
+
+from django.db import models as dj
+
+
+class Source(dj.TextChoices):
+    CONFIG = "config", "config (YAML)"
+    ADMIN = "admin", "admin"
+    APPPROXY = "appproxy", "appproxy"
+
+
+class Backend(dj.Model):
+    name = dj.CharField(max_length=200, unique=True)
+    source = dj.CharField(max_length=16, choices=Source.choices, default=Source.ADMIN)
+    url = dj.CharField(max_length=500)
+    kind = dj.CharField(max_length=32, default="openai_compat")
+    models = dj.JSONField(default=list, help_text="Client-facing model names and aliases.")
+    served_model = dj.CharField(max_length=300, blank=True, default="")
+    weight = dj.PositiveIntegerField(default=100)
+    capacity = dj.PositiveIntegerField(null=True, blank=True)
+    priority = dj.IntegerField(default=0)
+    # A literal or a ${ENV_VAR} template; config rows keep the template so the
+    # DB never holds a config secret. Never shown back to an operator.
+    api_key = dj.CharField(max_length=500, blank=True, default="")
+    connect_timeout = dj.FloatField(default=5.0)
+    read_timeout = dj.FloatField(default=600.0)
+    extra = dj.JSONField(default=dict, blank=True)
+    updated_at = dj.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["source", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:  # never the api_key
+        return f"<Backend {self.name} {self.source} {self.url}>"
+
+
+class ConfigDocument(dj.Model):
+    """The validated YAML (minus backends), as last applied; one row."""
+
+    path = dj.CharField(max_length=500, blank=True, default="")
+    digest = dj.CharField(max_length=64, blank=True, default="")
+    document = dj.JSONField(default=dict)
+    applied_at = dj.DateTimeField(auto_now=True)
+
+
+class RoutingRevision(dj.Model):
+    """A counter bumped by every committed change; one row (pk=1)."""
+
+    revision = dj.BigIntegerField(default=0)
+    reason = dj.CharField(max_length=200, blank=True, default="")
+    updated_at = dj.DateTimeField(auto_now=True)

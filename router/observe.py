@@ -1,0 +1,104 @@
+"""Per-request observations (MIX-6): structured logs, metrics, recent list.
+
+The hot path only appends to a bounded deque (`record`); a background task
+drains it into the log, Prometheus and a capped Redis list the dashboard
+reads. Observations never reach the client's response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+import orjson
+from prometheus_client import Counter, Gauge, Histogram
+
+log = logging.getLogger("router.requests")
+
+RECENT_KEY = "router:recent"
+RECENT_MAX = 200
+
+REQUESTS = Counter(
+    "router_requests_total", "Requests answered", ["model", "provider", "path", "status"]
+)
+LATENCY = Histogram(
+    "router_request_seconds", "Total request latency", ["model", "path"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+TTFT = Histogram(
+    "router_ttft_seconds", "Time to first streamed byte", ["model"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+TOKENS = Counter("router_tokens_total", "Tokens reported by providers", ["model", "kind"])
+RETRIES = Counter("router_retries_total", "Attempts beyond the first", ["model"])
+FALLBACKS = Counter("router_fallbacks_total", "Requests answered through a fallback chain", ["model"])
+QUEUE = Counter("router_queue_decisions_total", "Capacity queue decisions", ["decision"])
+DROPPED = Counter("router_observations_dropped_total", "Observations dropped (queue full)")
+IN_FLIGHT = Gauge("router_backend_in_flight", "Requests in flight per backend", ["backend"])
+
+_queue: deque[dict] = deque(maxlen=10_000)
+_event: asyncio.Event | None = None
+
+
+def record(obs: dict) -> None:
+    """O(1), never blocks, never raises."""
+    if len(_queue) == _queue.maxlen:
+        DROPPED.inc()
+    obs["ts"] = time.time()
+    _queue.append(obs)
+
+
+def drain() -> list[dict]:
+    items = list(_queue)
+    _queue.clear()
+    return items
+
+
+def _emit(obs: dict) -> None:
+    model = obs.get("model") or "-"
+    status = str(obs.get("status", ""))
+    path = obs.get("path") or "-"
+    REQUESTS.labels(model, obs.get("provider") or "-", path, status).inc()
+    if "latency_ms" in obs:
+        LATENCY.labels(model, path).observe(obs["latency_ms"] / 1000.0)
+    if obs.get("ttft_ms") is not None:
+        TTFT.labels(model).observe(obs["ttft_ms"] / 1000.0)
+    usage = obs.get("usage")
+    if isinstance(usage, dict):
+        for key in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int):
+                TOKENS.labels(model, key).inc(value)
+    attempts = obs.get("attempts") or 1
+    if attempts > 1:
+        RETRIES.labels(model).inc(attempts - 1)
+    if obs.get("hops"):
+        FALLBACKS.labels(model).inc()
+    QUEUE.labels(obs.get("queue") or "direct").inc()
+    log.info("request", extra={"obs": obs})
+
+
+async def run_drainer(interval: float = 0.25) -> None:
+    """Background task of each web process."""
+    from .redis import async_client
+
+    while True:
+        await asyncio.sleep(interval)
+        items = drain()
+        if not items:
+            continue
+        for obs in items:
+            try:
+                _emit(obs)
+            except Exception:  # bookkeeping must never take the process down
+                logging.getLogger(__name__).exception("observation not emitted")
+        try:
+            client = async_client()
+            pipe = client.pipeline(transaction=False)
+            pipe.lpush(RECENT_KEY, *[orjson.dumps(o, default=str) for o in items[-RECENT_MAX:]])
+            pipe.ltrim(RECENT_KEY, 0, RECENT_MAX - 1)
+            await pipe.execute()
+        except Exception:
+            pass

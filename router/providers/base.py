@@ -1,0 +1,64 @@
+"""The dispatch seam: a selected backend's `kind` picks the execution path.
+
+A provider turns one selected backend + request into an `Exchange` — the
+upstream answer up to (and including) its first bytes, before anything has
+been sent to the client — so the pipeline can still retry elsewhere. Then
+`respond()` turns the exchange into the client's response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from django.http import HttpResponseBase
+
+    from ..core.backend import BackendSpec
+    from ..request import Envelope
+    from ..runtime import Runtime
+
+
+class UpstreamFailed(Exception):
+    """Failed before the first byte reached the client: safe to retry elsewhere."""
+
+    def __init__(self, reason: str, *, timeout: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.timeout = timeout
+
+
+@dataclass(slots=True)
+class Exchange:
+    spec: BackendSpec
+    status: int
+    headers: list[tuple[str, str]]
+    content_type: str
+    body: bytes  # whole body (non-stream / error) or the first chunk (stream)
+    stream: AsyncIterator[bytes] | None = None  # the rest of a streaming body
+    close: Callable[[], Any] | None = None  # closes the upstream response
+    upstream_ms: float = 0.0  # time to the first byte
+    info: dict[str, Any] = field(default_factory=dict)  # observation extras
+
+
+class Provider(Protocol):
+    path: str  # "passthrough" | "normalized"
+
+    async def start(self, rt: Runtime, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+        """Send to `spec`; read the whole body (non-stream) or the first chunk."""
+        ...
+
+    def respond(self, exchange: Exchange, env: Envelope, done: Callable[[bool, dict], None]) -> HttpResponseBase: ...
+
+
+def provider_for(kind: str) -> Provider:
+    from ..core.backend import NORMALIZED_KINDS
+
+    if kind in NORMALIZED_KINDS:
+        from .normalized import NORMALIZED
+
+        return NORMALIZED
+    from .passthrough import PASSTHROUGH
+
+    return PASSTHROUGH

@@ -1,0 +1,224 @@
+"""Passthrough: OpenAI-compatible kinds get the client's bytes.
+
+Only the `model` field is rewritten (to the backend's served name) and the
+provider's auth/headers set; every other field, known or not, survives
+byte for byte. Status, headers and SSE are relayed as they come, chunk by
+chunk. A served-name rewrite is undone on the way back so the client sees
+the name it asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import orjson
+from django.http import HttpResponse, StreamingHttpResponse
+
+from ..core.backend import BackendSpec
+from ..core.errors import UpstreamError, UpstreamTimeout
+from ..request import Envelope
+from .base import Exchange, UpstreamFailed
+
+# Response headers that belong to one hop, or that Django sets itself.
+_DROP = frozenset(
+    {
+        "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+        "proxy-authenticate", "proxy-authorization", "content-length", "content-encoding",
+        "date", "server", "content-type",
+    }
+)
+# Client request headers worth forwarding (the rest are ours or hop-by-hop).
+_FORWARD = ("accept", "user-agent", "openai-beta", "x-request-id", "traceparent", "tracestate")
+
+
+def api_base(spec: BackendSpec) -> str:
+    return spec.url if spec.url.endswith("/v1") else spec.url + "/v1"
+
+
+def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    for name in _FORWARD:
+        value = env.headers.get(name)
+        if value is not None:
+            headers[name] = value
+    if spec.api_key:
+        headers["authorization"] = "Bearer " + spec.api_key.reveal()
+    for name, value in spec.headers:
+        headers[name.lower()] = value
+    return headers
+
+
+def request_body(env: Envelope, served: str) -> bytes:
+    if served == env.model and env.body.get("model") == served:
+        return env.raw
+    body = dict(env.body)
+    body["model"] = served
+    return orjson.dumps(body)
+
+
+def _timeout(spec: BackendSpec) -> dict[str, float]:
+    return {"connect": spec.connect_timeout, "read": spec.read_timeout, "write": spec.read_timeout,
+            "pool": spec.connect_timeout}
+
+
+async def send(
+    transport: httpx.AsyncBaseTransport, spec: BackendSpec, url: str, *, content: bytes,
+    headers: dict[str, str], stream: bool, method: str = "POST",
+) -> tuple[httpx.Response, bytes, float]:
+    """Send and read up to the first byte (stream) or the whole body.
+
+    Everything that fails here is before the client saw a byte: UpstreamFailed.
+    """
+    started = time.perf_counter()
+    request = httpx.Request(method, url, content=content, headers=headers, extensions={"timeout": _timeout(spec)})
+    try:
+        response = await transport.handle_async_request(request)
+    except httpx.TimeoutException as exc:
+        raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
+    except httpx.HTTPError as exc:
+        raise UpstreamFailed(f"cannot reach {spec.name}: {type(exc).__name__}") from exc
+    try:
+        if stream and response.status_code < 400:
+            iterator = response.aiter_raw()
+            try:
+                first = await anext(iterator)
+            except StopAsyncIteration:
+                first = b""
+            response._router_iter = iterator  # type: ignore[attr-defined]
+        else:
+            first = await response.aread()
+            await response.aclose()
+    except httpx.TimeoutException as exc:
+        await response.aclose()
+        raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
+    except httpx.HTTPError as exc:
+        await response.aclose()
+        raise UpstreamFailed(f"{spec.name} closed the connection before answering") from exc
+    return response, first, (time.perf_counter() - started) * 1000.0
+
+
+def relay_headers(response: httpx.Response) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in response.headers.items() if k not in _DROP]
+
+
+class Passthrough:
+    path = "passthrough"
+
+    async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+        served = spec.served_name(model)
+        response, first, ms = await send(
+            rt.transport, spec, f"{api_base(spec)}/{env.endpoint}",
+            content=request_body(env, served), headers=upstream_headers(spec, env), stream=env.stream,
+        )
+        iterator = getattr(response, "_router_iter", None)
+        return Exchange(
+            spec=spec,
+            status=response.status_code,
+            headers=relay_headers(response),
+            content_type=response.headers.get("content-type", "application/json"),
+            body=first,
+            stream=iterator,
+            close=response.aclose if iterator is not None else None,
+            upstream_ms=ms,
+            info={"served": served, "rewrite": served != env.model},
+        )
+
+    def respond(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]):
+        rewrite = ex.info.get("rewrite", False)
+        if ex.stream is None:
+            body = ex.body
+            info: dict = {}
+            if ex.status < 400 and body[:1] == b"{":
+                try:
+                    obj = orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if isinstance(obj, dict):
+                    info["usage"] = obj.get("usage")
+                    if rewrite and "model" in obj:
+                        obj["model"] = env.model
+                        body = orjson.dumps(obj)
+            done(ex.status < 500, info)
+            response = HttpResponse(body, status=ex.status, content_type=ex.content_type)
+        else:
+            relay = _relay(ex, env, done, rewrite)
+            response = StreamingHttpResponse(relay, status=ex.status, content_type=ex.content_type)
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"
+        for name, value in ex.headers:
+            response[name] = value
+        return response
+
+
+def _model_rewriter(served: str, requested: str) -> Callable[[bytes], bytes]:
+    old = b'"model":' + orjson.dumps(served)
+    new = b'"model":' + orjson.dumps(requested)
+    old_spaced = b'"model": ' + orjson.dumps(served)
+    new_spaced = b'"model": ' + orjson.dumps(requested)
+
+    def rewrite(line: bytes) -> bytes:
+        return line.replace(old, new).replace(old_spaced, new_spaced)
+
+    return rewrite
+
+
+async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None], rewrite: bool) -> AsyncIterator[bytes]:
+    """Yield upstream chunks as they arrive. A client disconnect cancels this
+    generator; `finally` closes the upstream at once (CORE-10)."""
+    ok: bool | None = None  # stays None when the client goes away: no verdict
+    tail = b""
+    pending = b""
+    fix = _model_rewriter(ex.info["served"], env.model) if rewrite else None
+    try:
+        chunk = ex.body
+        iterator = ex.stream
+        while True:
+            if chunk:
+                if fix is not None:
+                    # Rewrite whole lines only; keep a partial last line back.
+                    data = pending + chunk
+                    cut = data.rfind(b"\n") + 1
+                    pending = data[cut:]
+                    chunk = fix(data[:cut])
+                tail = (tail + chunk)[-4096:]
+                if chunk:
+                    yield chunk
+            try:
+                chunk = await anext(iterator)  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                break
+        if pending:
+            yield fix(pending) if fix is not None else pending
+        ok = True
+    except (httpx.TimeoutException, httpx.HTTPError) as exc:
+        ok = False
+        err = UpstreamTimeout if isinstance(exc, httpx.TimeoutException) else UpstreamError
+        yield err(f"The upstream provider failed mid-stream ({type(exc).__name__}).").to_sse()
+    finally:
+        if ex.close is not None:
+            await ex.close()
+        done(ok, {"usage": _stream_usage(tail)})
+
+
+def _stream_usage(tail: bytes) -> dict | None:
+    """Usage from the last `data:` event that carries it (include_usage)."""
+    idx = tail.rfind(b'"usage"')
+    if idx < 0:
+        return None
+    start = tail.rfind(b"data: ", 0, idx)
+    if start < 0:
+        return None
+    end = tail.find(b"\n", idx)
+    try:
+        obj = orjson.loads(tail[start + 6 : end if end > 0 else None])
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(obj, dict):
+        usage = obj.get("usage") or (obj.get("response") or {}).get("usage")
+        return usage if isinstance(usage, dict) else None
+    return None
+
+
+PASSTHROUGH = Passthrough()

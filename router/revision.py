@@ -1,0 +1,46 @@
+"""Revision bumps and change notices: the one write→read signal.
+
+Writers call `bump_revision()` inside the transaction of their change. After
+commit the new revision is published on Redis (`ROUTER_NOTICE_CHANNEL`), so
+every web process recompiles its snapshot within milliseconds; a safety poll
+covers a lost notice.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+
+from .models import RoutingRevision
+
+log = logging.getLogger(__name__)
+
+
+def current_revision() -> int:
+    row = RoutingRevision.objects.filter(pk=1).values_list("revision", flat=True).first()
+    return int(row or 0)
+
+
+def bump_revision(reason: str) -> int:
+    """Increment the revision in the current transaction; publish after commit."""
+    with transaction.atomic():
+        updated = RoutingRevision.objects.filter(pk=1).update(
+            revision=F("revision") + 1, reason=reason[:200]
+        )
+        if not updated:
+            RoutingRevision.objects.get_or_create(pk=1, defaults={"revision": 1, "reason": reason[:200]})
+        revision = current_revision()
+        transaction.on_commit(lambda: publish_notice(revision, reason))
+    return revision
+
+
+def publish_notice(revision: int, reason: str = "") -> None:
+    from .redis import sync_client
+
+    try:
+        sync_client().publish(settings.ROUTER_NOTICE_CHANNEL, str(revision))
+    except Exception as exc:  # the safety poll still picks the change up
+        log.warning("change notice not published (%s); web processes will poll", type(exc).__name__)

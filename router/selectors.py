@@ -1,0 +1,92 @@
+"""Reads of the routing mirror: compile the immutable Snapshot (off the hot path)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .config_schema import RouterFile, interpolate
+from .core.backend import BackendSpec
+from .core.health import HealthPolicy
+from .core.ipnets import parse_networks
+from .core.secret import Secret
+from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model
+from .models import Backend, ConfigDocument
+from .revision import current_revision
+
+log = logging.getLogger(__name__)
+
+
+def _spec(row: Backend) -> BackendSpec:
+    api_key = interpolate(row.api_key, f"backend {row.name}.api_key") if row.api_key else ""
+    headers = tuple((str(k), str(interpolate(v))) for k, v in (row.extra or {}).get("headers", {}).items())
+    return BackendSpec(
+        name=row.name,
+        url=row.url.rstrip("/"),
+        kind=row.kind,
+        models=tuple(row.models or ()),
+        served_model=row.served_model or None,
+        weight=row.weight,
+        capacity=row.capacity,
+        priority=row.priority,
+        api_key=Secret(api_key) if api_key else None,
+        source=row.source,
+        connect_timeout=row.connect_timeout,
+        read_timeout=row.read_timeout,
+        headers=headers,
+    )
+
+
+def routing_document() -> RouterFile:
+    doc = ConfigDocument.objects.filter(pk=1).values_list("document", flat=True).first() or {}
+    return RouterFile.model_validate(interpolate(doc))
+
+
+def compile_snapshot() -> Snapshot:
+    revision = current_revision()
+    cfg = routing_document()
+    backends = {row.name: _spec(row) for row in Backend.objects.all()}
+    keyring = None
+    try:
+        from keys.selectors import compile_keyring
+
+        keyring = compile_keyring()
+    except ImportError:  # keys app not installed in this build
+        pass
+    ingress = None
+    try:
+        from appproxy.selectors import compile_ingress
+
+        ingress = compile_ingress(cfg)
+    except ImportError:
+        pass
+    h = cfg.health
+    return Snapshot(
+        revision=revision,
+        backends=backends,
+        by_model=group_by_model(backends),
+        fallback_chains={k: tuple(v) for k, v in cfg.fallback.fallback_chains.items()},
+        strategy=cfg.selection_strategy,
+        retry=RetryPolicy(
+            max_attempts=cfg.retry.max_attempts,
+            backoff_s=cfg.retry.backoff,
+            retry_on_status=frozenset(cfg.retry.retry_on_status),
+        ),
+        queue=QueuePolicy(max_wait_s=cfg.queue.max_wait, max_waiting=cfg.queue.max_waiting),
+        health=HealthPolicy(
+            failure_threshold=h.failure_threshold,
+            cooldown_s=h.cooldown,
+            interval_s=h.interval,
+            timeout_s=h.timeout,
+            path=h.path,
+            unhealthy_threshold=h.unhealthy_threshold,
+            healthy_threshold=h.healthy_threshold,
+        ),
+        max_body_bytes=cfg.server.max_body_bytes,
+        trusted_proxies=parse_networks(cfg.server.trusted_proxies),
+        api_keys_mode=cfg.api_keys.mode,
+        rate_limit_scope=cfg.api_keys.rate_limit_scope,
+        keyring=keyring,
+        ingress=ingress,
+        created=int(time.time()),
+    )

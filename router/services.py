@@ -1,0 +1,89 @@
+"""Writes to the routing mirror (HackSoft style: services write, selectors read).
+
+`config_sync` owns the `config` namespace: it makes the Backend rows of source
+`config` equal the YAML file and never touches `admin` or `appproxy` rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from .config_schema import ConfigError, load
+from .models import Backend, ConfigDocument, Source
+from .revision import bump_revision
+
+log = logging.getLogger(__name__)
+
+DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "demo.yaml"
+
+
+def resolve_config_path() -> Path:
+    """ROUTER_CONFIG, else ./router.yaml at the repo root, else the demo config."""
+    if settings.ROUTER_CONFIG:
+        return Path(settings.ROUTER_CONFIG)
+    local = Path(settings.BASE_DIR) / "router.yaml"
+    return local if local.exists() else DEMO_CONFIG
+
+
+def _backend_fields(raw: dict, parsed) -> dict:
+    return {
+        "url": parsed.url,
+        "kind": parsed.kind,
+        "models": list(parsed.models),
+        "served_model": parsed.served_model or "",
+        "weight": parsed.weight,
+        "capacity": parsed.capacity,
+        "priority": parsed.priority,
+        # The raw template (e.g. ${VLLM_KEY}), never the resolved secret.
+        "api_key": str(raw.get("api_key") or ""),
+        "connect_timeout": parsed.connect_timeout,
+        "read_timeout": parsed.read_timeout,
+        "extra": {"headers": dict(raw.get("headers") or {})},
+    }
+
+
+def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
+    """Apply the YAML file to the DB mirror. Returns True when something changed.
+
+    Raises ConfigError (naming file, key and fix) on an invalid file; the
+    previous state is then kept untouched.
+    """
+    path = path or resolve_config_path()
+    text = path.read_bytes() if path.exists() else b""
+    digest = hashlib.sha256(text).hexdigest()
+    model, raw = load(path)
+    raw_backends = raw.get("backends") or []
+    document = {k: v for k, v in raw.items() if k != "backends"}
+
+    with transaction.atomic():
+        doc, _ = ConfigDocument.objects.select_for_update().get_or_create(pk=1)
+        if doc.digest == digest and doc.path == str(path) and not force:
+            return False
+        foreign = set(
+            Backend.objects.exclude(source=Source.CONFIG)
+            .filter(name__in=[b.name for b in model.backends])
+            .values_list("name", flat=True)
+        )
+        if foreign:
+            raise ConfigError(
+                f"{path}: backends: name(s) {sorted(foreign)} already belong to another "
+                "source (admin or appproxy); rename them in the YAML"
+            )
+        wanted = {b.name: (rb, b) for rb, b in zip(raw_backends, model.backends, strict=True)}
+        Backend.objects.filter(source=Source.CONFIG).exclude(name__in=list(wanted)).delete()
+        for name, (rb, parsed) in wanted.items():
+            Backend.objects.update_or_create(
+                name=name, defaults={"source": Source.CONFIG, **_backend_fields(rb, parsed)}
+            )
+        doc.path = str(path)
+        doc.digest = digest
+        doc.document = document
+        doc.save()
+        bump_revision(f"config {path.name}")
+    log.info("config applied", extra={"path": str(path), "backends": len(wanted)})
+    return True
