@@ -1,0 +1,215 @@
+"""Per-process runtime health of each backend: in-flight, latency, probes, breaker.
+
+Invariants:
+- A `BackendState` is mutated only by its own process (one event loop, no
+  awaits between `Selector.pick()` and `on_start()`), so it needs no locks.
+- Clocks are passed in (`now`, monotonic seconds); nothing here reads time.
+- A backend is `usable` when the active probe says healthy AND the passive
+  circuit breaker admits traffic. The two are independent: probes hit a cheap
+  listing path, the breaker watches real requests (connect errors / 5xx).
+- Breaker: closed -> (failure_threshold consecutive failures) -> open for
+  `cooldown`; once the cooldown has elapsed exactly ONE trial request is
+  admitted (half-open). Its success closes the breaker and resets the
+  cooldown; its failure re-opens it with the cooldown multiplied by `backoff`
+  (capped at `max_cooldown_s`).
+- Every `on_start()` is matched by exactly one of `on_success()`,
+  `on_failure()` or `on_cancel()`; in-flight never goes below zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPolicy:
+    # Passive circuit breaker.
+    failure_threshold: int = 3
+    cooldown_s: float = 10.0
+    max_cooldown_s: float = 120.0
+    backoff: float = 2.0
+    # Latency EWMA weight of the newest sample.
+    ewma_alpha: float = 0.3
+    # Active probes: unhealthy after N consecutive failures, healthy after M oks.
+    unhealthy_threshold: int = 3
+    healthy_threshold: int = 2
+    interval_s: float = 10.0
+    timeout_s: float = 2.0
+    path: str = "/v1/models"
+    ollama_path: str = "/api/tags"
+
+    def __post_init__(self) -> None:
+        if self.failure_threshold < 1:
+            raise ValueError("HealthPolicy.failure_threshold must be >= 1")
+        if self.unhealthy_threshold < 1 or self.healthy_threshold < 1:
+            raise ValueError("HealthPolicy probe thresholds must be >= 1")
+        if not 0.0 < self.ewma_alpha <= 1.0:
+            raise ValueError("HealthPolicy.ewma_alpha must be in (0, 1]")
+        if self.cooldown_s <= 0 or self.max_cooldown_s < self.cooldown_s:
+            raise ValueError("HealthPolicy needs 0 < cooldown_s <= max_cooldown_s")
+        if self.backoff < 1.0:
+            raise ValueError("HealthPolicy.backoff must be >= 1")
+        if self.interval_s <= 0 or self.timeout_s <= 0:
+            raise ValueError("HealthPolicy probe interval/timeout must be > 0")
+
+    def probe_path(self, kind: str) -> str | None:
+        """The path the active probe GETs for a backend kind; None = no probe."""
+        if kind == "cli":
+            return None  # a local process, not an HTTP server
+        if kind == "ollama":
+            return self.ollama_path
+        return self.path
+
+
+DEFAULT_POLICY = HealthPolicy()
+
+
+@dataclass(slots=True)
+class BackendState:
+    in_flight: int = 0
+    ewma_ms: float | None = None
+    probe_healthy: bool = True
+    probe_ok_streak: int = 0
+    probe_fail_streak: int = 0
+    last_probe_at: float | None = None
+    consecutive_failures: int = 0
+    open_until: float | None = None  # None = breaker closed
+    cooldown: float = 0.0  # current open period; grows with backoff
+    trial: bool = False  # the single half-open trial request is in flight
+    total: int = 0
+    failures: int = 0
+    policy: HealthPolicy = field(default=DEFAULT_POLICY, repr=False)
+
+    # -- queries -----------------------------------------------------------
+
+    def usable(self, now: float) -> bool:
+        """Probe-healthy and the breaker admits a request at `now`."""
+        if not self.probe_healthy:
+            return False
+        open_until = self.open_until
+        if open_until is None:
+            return True
+        return now >= open_until and not self.trial
+
+    def has_capacity(self, capacity: int | None) -> bool:
+        return capacity is None or self.in_flight < capacity
+
+    @property
+    def breaker(self) -> str:
+        """'closed', 'open' or 'half_open' (for display; `usable` decides)."""
+        if self.open_until is None:
+            return "closed"
+        return "half_open" if self.trial else "open"
+
+    # -- request lifecycle -------------------------------------------------
+
+    def on_start(self) -> None:
+        """A request was dispatched here (call right after selection)."""
+        self.in_flight += 1
+        self.total += 1
+        if self.open_until is not None:
+            # Selection only admits an open breaker after its cooldown, so
+            # this request is the half-open trial; block others until it ends.
+            self.trial = True
+
+    def on_success(self, latency_ms: float, now: float) -> None:
+        """The backend answered (any non-5xx); `latency_ms` feeds the EWMA."""
+        del now  # part of the uniform lifecycle signature
+        self._release()
+        prev = self.ewma_ms
+        if prev is None:
+            self.ewma_ms = latency_ms
+        else:
+            a = self.policy.ewma_alpha
+            self.ewma_ms = a * latency_ms + (1.0 - a) * prev
+        self.consecutive_failures = 0
+        if self.open_until is not None:
+            self.open_until = None
+            self.trial = False
+            self.cooldown = 0.0
+
+    def on_failure(self, now: float) -> None:
+        """Connect error, timeout or 5xx before a usable answer."""
+        self._release()
+        self.failures += 1
+        self.consecutive_failures += 1
+        policy = self.policy
+        if self.open_until is None:
+            if self.consecutive_failures >= policy.failure_threshold:
+                self.cooldown = policy.cooldown_s
+                self.open_until = now + self.cooldown
+        elif self.trial:
+            self.trial = False
+            self.cooldown = min(self.cooldown * policy.backoff, policy.max_cooldown_s)
+            self.open_until = now + self.cooldown
+        # else: a request started before the breaker opened; already counted.
+
+    def on_cancel(self) -> None:
+        """The request ended with no verdict (client left); frees the trial."""
+        self._release()
+        self.trial = False
+
+    def _release(self) -> None:
+        if self.in_flight > 0:
+            self.in_flight -= 1
+
+    # -- active probes -----------------------------------------------------
+
+    def on_probe(self, ok: bool, now: float) -> None:
+        self.last_probe_at = now
+        policy = self.policy
+        if ok:
+            self.probe_fail_streak = 0
+            self.probe_ok_streak += 1
+            if self.probe_ok_streak >= policy.healthy_threshold:
+                self.probe_healthy = True
+        else:
+            self.probe_ok_streak = 0
+            self.probe_fail_streak += 1
+            if self.probe_fail_streak >= policy.unhealthy_threshold:
+                self.probe_healthy = False
+
+
+class StateTable:
+    """name -> BackendState for one process; states outlive snapshot swaps."""
+
+    __slots__ = ("_policy", "_states")
+
+    def __init__(self, policy: HealthPolicy = DEFAULT_POLICY) -> None:
+        self._policy = policy
+        self._states: dict[str, BackendState] = {}
+
+    @property
+    def policy(self) -> HealthPolicy:
+        return self._policy
+
+    def set_policy(self, policy: HealthPolicy) -> None:
+        """Apply a reloaded policy to existing and future states."""
+        self._policy = policy
+        for state in self._states.values():
+            state.policy = policy
+
+    def get(self, name: str) -> BackendState:
+        state = self._states.get(name)
+        if state is None:
+            state = self._states[name] = BackendState(policy=self._policy)
+        return state
+
+    def peek(self, name: str) -> BackendState | None:
+        return self._states.get(name)
+
+    def retain(self, names: Iterable[str]) -> None:
+        """Drop the state of every backend not in `names` (removed backends)."""
+        keep = set(names)
+        for name in [n for n in self._states if n not in keep]:
+            del self._states[name]
+
+    def items(self) -> Iterator[tuple[str, BackendState]]:
+        return iter(list(self._states.items()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._states
+
+    def __len__(self) -> int:
+        return len(self._states)

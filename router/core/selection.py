@@ -1,0 +1,313 @@
+"""Choose ONE backend among the candidates of a model group. Pure and fast.
+
+`Selector.pick()` filters, in order: excluded names, not `usable(now)`,
+weight <= 0, no capacity left; then keeps only the lowest `priority` value
+that still has a candidate (so a full preferred tier spills to the next one),
+and lets the strategy choose within that tier.
+
+Strategies:
+- `weighted_round_robin`: nginx's smooth WRR; state per group, tolerant of the
+  candidate set changing between calls.
+- `least_latency`: lowest expected latency, `ewma_ms * (in_flight + 1)` (plain
+  lowest EWMA when idle; the in-flight factor stops a burst from herding onto
+  the one fastest backend, whose EWMA only moves when requests finish).
+  Unmeasured backends go first, so they get measured.
+- `least_in_flight`: lowest `in_flight / weight`.
+- `prefix_hash`: weighted rendezvous (HRW) hashing of a prompt-prefix key with
+  blake2b keyed by backend NAME: every node maps a prefix to the same backend
+  with no coordination, and adding a backend moves only its fair share of keys.
+  Without a key it falls back to smooth WRR.
+Exact ties are broken by weighted random with the injected `random.Random`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .backend import BackendSpec
+from .health import BackendState
+
+WEIGHTED_ROUND_ROBIN = "weighted_round_robin"
+LEAST_LATENCY = "least_latency"
+LEAST_IN_FLIGHT = "least_in_flight"
+PREFIX_HASH = "prefix_hash"
+STRATEGIES: frozenset[str] = frozenset(
+    {WEIGHTED_ROUND_ROBIN, LEAST_LATENCY, LEAST_IN_FLIGHT, PREFIX_HASH}
+)
+DEFAULT_STRATEGY = WEIGHTED_ROUND_ROBIN
+PREFIX_CHARS = 256
+
+_TWO_64 = float(2**64)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    spec: BackendSpec
+    state: BackendState
+
+
+def _eligible(
+    candidates: Sequence[Candidate], now: float, exclude: Collection[str]
+) -> list[Candidate]:
+    """The lowest-priority-value tier of candidates that can take a request."""
+    pool: list[Candidate] = []
+    best = 0
+    for c in candidates:
+        spec = c.spec
+        if spec.weight <= 0 or (exclude and spec.name in exclude):
+            continue
+        state = c.state
+        if not state.usable(now):
+            continue
+        cap = spec.capacity
+        if cap is not None and state.in_flight >= cap:
+            continue
+        prio = spec.priority
+        if not pool or prio < best:
+            best = prio
+            pool = [c]
+        elif prio == best:
+            pool.append(c)
+    return pool
+
+
+def all_at_capacity(
+    candidates: Sequence[Candidate], now: float, exclude: Collection[str] = ()
+) -> bool:
+    """Some candidate is usable but every usable one is full: queue, don't fail."""
+    seen = False
+    for c in candidates:
+        spec = c.spec
+        if spec.weight <= 0 or spec.name in exclude or not c.state.usable(now):
+            continue
+        if spec.capacity is None or c.state.in_flight < spec.capacity:
+            return False
+        seen = True
+    return seen
+
+
+class Selector:
+    """One per process and strategy; holds only the smooth-WRR counters."""
+
+    __slots__ = ("_rng", "_strategy", "_swrr")
+
+    def __init__(self, strategy: str, rng: random.Random | None = None) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(
+                f"Unknown selection strategy {strategy!r}; "
+                f"expected one of {sorted(STRATEGIES)}"
+            )
+        self._strategy = strategy
+        self._rng = rng if rng is not None else random.Random()
+        self._swrr: dict[str, dict[str, int]] = {}
+
+    @property
+    def strategy(self) -> str:
+        return self._strategy
+
+    def forget(self, group: str) -> None:
+        """Drop the WRR counters of a group that no longer exists."""
+        self._swrr.pop(group, None)
+
+    def pick(
+        self,
+        group: str,
+        candidates: Sequence[Candidate],
+        *,
+        now: float,
+        prefix_key: bytes | None = None,
+        exclude: Collection[str] = (),
+    ) -> Candidate | None:
+        pool = _eligible(candidates, now, exclude)
+        if not pool:
+            return None
+        strategy = self._strategy
+        if strategy == WEIGHTED_ROUND_ROBIN:
+            return self._swrr_pick(group, candidates, pool)
+        if len(pool) == 1:
+            return pool[0]
+        if strategy == LEAST_LATENCY:
+            return self._least_latency(pool)
+        if strategy == LEAST_IN_FLIGHT:
+            return self._least_in_flight(pool)
+        if prefix_key is None:
+            return self._swrr_pick(group, candidates, pool)
+        return _rendezvous(prefix_key, pool)
+
+    # -- strategies ----------------------------------------------------------
+
+    def _swrr_pick(
+        self, group: str, candidates: Sequence[Candidate], pool: list[Candidate]
+    ) -> Candidate:
+        current = self._swrr.get(group)
+        if current is None:
+            current = self._swrr[group] = {}
+        elif len(current) > len(candidates):
+            # Names vanished from the group: forget their counters. Counters
+            # of candidates merely filtered out this time are kept.
+            alive = {c.spec.name for c in candidates}
+            for name in [n for n in current if n not in alive]:
+                del current[name]
+        total = 0
+        best = pool[0]
+        best_weight = -(2**62)
+        for c in pool:
+            name = c.spec.name
+            weight = c.spec.weight
+            cw = current.get(name, 0) + weight
+            current[name] = cw
+            total += weight
+            if cw > best_weight:
+                best = c
+                best_weight = cw
+        current[best.spec.name] = best_weight - total
+        return best
+
+    def _least_latency(self, pool: list[Candidate]) -> Candidate:
+        unmeasured: list[Candidate] = []
+        ties: list[Candidate] = []
+        best = math.inf
+        for c in pool:
+            state = c.state
+            ewma = state.ewma_ms
+            if ewma is None:
+                unmeasured.append(c)
+                continue
+            cost = ewma * (state.in_flight + 1)
+            if cost < best:
+                best = cost
+                ties = [c]
+            elif cost == best:
+                ties.append(c)
+        if unmeasured:
+            return self._least_in_flight(unmeasured)
+        return ties[0] if len(ties) == 1 else self._weighted_random(ties)
+
+    def _least_in_flight(self, pool: list[Candidate]) -> Candidate:
+        # Compare in_flight/weight by cross-multiplying: exact, no floats.
+        ties: list[Candidate] = []
+        best_n = 0
+        best_w = 1
+        for c in pool:
+            n = c.state.in_flight
+            w = c.spec.weight
+            if not ties or n * best_w < best_n * w:
+                best_n, best_w = n, w
+                ties = [c]
+            elif n * best_w == best_n * w:
+                ties.append(c)
+        return ties[0] if len(ties) == 1 else self._weighted_random(ties)
+
+    def _weighted_random(self, pool: list[Candidate]) -> Candidate:
+        total = 0
+        for c in pool:
+            total += c.spec.weight
+        r = self._rng.random() * total
+        for c in pool:
+            r -= c.spec.weight
+            if r < 0:
+                return c
+        return pool[-1]
+
+
+@lru_cache(maxsize=4096)
+def _name_key(name: str) -> bytes:
+    raw = name.encode("utf-8")
+    # blake2b keys are at most 64 bytes; longer names are hashed down first.
+    return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
+
+
+def _rendezvous(key: bytes, pool: list[Candidate]) -> Candidate:
+    """Weighted HRW: max of -weight / ln(u), u = H_name(key) mapped into (0, 1)."""
+    digest = hashlib.blake2b(key, digest_size=32).digest()
+    best = pool[0]
+    best_score = -1.0
+    for c in pool:
+        spec = c.spec
+        h = hashlib.blake2b(digest, key=_name_key(spec.name), digest_size=8)
+        u = (int.from_bytes(h.digest(), "big") + 0.5) / _TWO_64
+        score = -spec.weight / math.log(u)
+        if score > best_score or (score == best_score and spec.name < best.spec.name):
+            best = c
+            best_score = score
+    return best
+
+
+# -- prefix keys -----------------------------------------------------------
+
+
+def _text(content: object) -> str:
+    """Text of a message content: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+        return "".join(parts)
+    return ""
+
+
+def _from_messages(messages: list[object]) -> tuple[str, str]:
+    """(leading system/developer text, first user text) of a message list."""
+    system: list[str] = []
+    user = ""
+    leading = True
+    for msg in messages:
+        if not isinstance(msg, Mapping):
+            continue
+        role = msg.get("role")
+        if leading and role in ("system", "developer"):
+            system.append(_text(msg.get("content")))
+            continue
+        leading = False
+        if role == "user":
+            user = _text(msg.get("content"))
+            break
+    return "\n".join(system), user
+
+
+def prefix_key(body: Mapping[str, object], limit: int = PREFIX_CHARS) -> bytes | None:
+    """A stable key from the start of the prompt, or None if there is none.
+
+    The first `limit` characters of: the leading system/developer message (or
+    the Responses `instructions`) then the first user message, `prompt` or
+    `input`. Never raises on a malformed body.
+    """
+    system = ""
+    user = ""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        system, user = _from_messages(messages)
+    else:
+        instructions = body.get("instructions")
+        if isinstance(instructions, str):
+            system = instructions
+        source = body.get("prompt", body.get("input"))
+        if isinstance(source, str):
+            user = source
+        elif isinstance(source, list) and source:
+            first = source[0]
+            if isinstance(first, str):
+                user = first
+            elif isinstance(first, int):  # a token-id prompt
+                user = ",".join(str(t) for t in source[:limit])
+            elif isinstance(first, list):  # a batch of token-id prompts
+                user = ",".join(str(t) for t in first[:limit])
+            else:  # Responses input items, shaped like messages
+                s, user = _from_messages(source)
+                system = f"{system}\n{s}" if system and s else system or s
+    if not system and not user:
+        return None
+    text = f"{system}\x00{user}" if system else user
+    return text[:limit].encode("utf-8")
