@@ -117,7 +117,10 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 ROUTER_CONFIG = os.environ.get("ROUTER_CONFIG", "")
 ROUTER_MAX_BODY_BYTES = int(os.environ.get("ROUTER_MAX_BODY_BYTES", str(32 * 1024 * 1024)))
 DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
-ROUTER_NOTICE_CHANNEL = os.environ.get("ROUTER_NOTICE_CHANNEL", "router:notice")
+# Prefix of every Redis key/channel this node uses (change notices, health,
+# recent observations, rate limits); lets several routers share one Redis.
+ROUTER_REDIS_PREFIX = os.environ.get("ROUTER_REDIS_PREFIX", "router:")
+ROUTER_NOTICE_CHANNEL = ROUTER_REDIS_PREFIX + "notice"
 ROUTER_POLL_SECONDS = float(os.environ.get("ROUTER_POLL_SECONDS", "2"))
 
 LOG_LEVEL = os.environ.get("ROUTER_LOG_LEVEL", "INFO")
@@ -131,5 +134,10 @@ LOGGING = {
         "django": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        "django.request": {"level": "ERROR"},  # 4xx are answered and observed, not logged
     },
 }
+
+# Server-side message storage: a freshly created API key's plaintext is shown
+# once through a message and must never travel in a cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"

@@ -17,7 +17,6 @@ from prometheus_client import Counter, Gauge, Histogram
 
 log = logging.getLogger("router.requests")
 
-RECENT_KEY = "router:recent"
 RECENT_MAX = 200
 
 REQUESTS = Counter(
@@ -39,6 +38,12 @@ DROPPED = Counter("router_observations_dropped_total", "Observations dropped (qu
 IN_FLIGHT = Gauge("router_backend_in_flight", "Requests in flight per backend", ["backend"])
 
 _queue: deque[dict] = deque(maxlen=10_000)
+
+
+def recent_key() -> str:
+    from django.conf import settings
+
+    return settings.ROUTER_REDIS_PREFIX + "recent"
 _event: asyncio.Event | None = None
 
 
@@ -97,8 +102,9 @@ async def run_drainer(interval: float = 0.25) -> None:
         try:
             client = async_client()
             pipe = client.pipeline(transaction=False)
-            pipe.lpush(RECENT_KEY, *[orjson.dumps(o, default=str) for o in items[-RECENT_MAX:]])
-            pipe.ltrim(RECENT_KEY, 0, RECENT_MAX - 1)
+            key = recent_key()
+            pipe.lpush(key, *[orjson.dumps(o, default=str) for o in items[-RECENT_MAX:]])
+            pipe.ltrim(key, 0, RECENT_MAX - 1)
             await pipe.execute()
         except Exception:
             pass

@@ -29,8 +29,11 @@ from .core.snapshot import EMPTY, Snapshot
 
 log = logging.getLogger(__name__)
 
-HEALTH_CHANNEL = "router:health"
-HEALTH_HASH = "router:health"
+
+
+def health_key() -> str:
+    """Both the hash of verdicts and the channel announcing them."""
+    return settings.ROUTER_REDIS_PREFIX + "health"
 
 
 def _in_thread(fn, *args):
@@ -214,12 +217,12 @@ class Runtime:
             pubsub = None
             try:
                 pubsub = async_client().pubsub(ignore_subscribe_messages=True)
-                await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, HEALTH_CHANNEL)
+                await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key())
                 delay = 0.2
                 await self._refresh_health()
                 async for message in pubsub.listen():
                     channel = message.get("channel")
-                    if channel == HEALTH_CHANNEL.encode():
+                    if channel == health_key().encode():
                         self._apply_health(message.get("data"))
                         continue
                     try:
@@ -245,7 +248,7 @@ class Runtime:
         from .redis import async_client
 
         try:
-            data = await async_client().hgetall(HEALTH_HASH)
+            data = await async_client().hgetall(health_key())
         except Exception:
             return
         for name, value in data.items():

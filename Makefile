@@ -1,0 +1,34 @@
+# The two commands a newcomer needs (README): `make run` and `make test`.
+PY := .venv/bin/python
+
+.PHONY: run run-daphne test check lint bench setup setup-dev clean
+
+setup:
+	@scripts/bootstrap.sh
+
+setup-dev:
+	@scripts/bootstrap.sh dev
+
+## Run the whole node in the foreground: web (http://127.0.0.1:8000), tasks, events.
+run: setup
+	@$(PY) manage.py runnode
+
+## Same, with daphne as the ASGI server.
+run-daphne: setup
+	@$(PY) manage.py runnode --server daphne
+
+## The whole test suite (real Redis, real HTTP servers on loopback).
+test: setup-dev
+	@$(PY) -m pytest
+
+lint: setup-dev
+	@$(PY) -m ruff check .
+	@$(PY) -m mypy router/core appproxy/wire.py appproxy/envelope.py appproxy/plan.py appproxy/jwtauth.py --ignore-missing-imports
+
+check: lint test
+
+bench: setup-dev
+	@$(PY) bench/bench.py
+
+clean:
+	rm -rf var .pytest_cache

@@ -1,0 +1,78 @@
+"""API keys: operator-issued and coordinator-mirrored, one table, one gate.
+
+Only the SHA-256 digest (`key_hash`) and a masked `hint` are stored; the
+plaintext exists once, in the return value of `keys.services.key_create`.
+Ownership: operators (admin, commands, dashboard) write `operator` rows; the
+AppProxy coordinator pull writes `coordinator` rows (keyed by `key_id`) and
+never touches operator rows. Web processes never read this table per request:
+`keys.selectors.compile_keyring` compiles it into the routing snapshot.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class KeySource(models.TextChoices):
+    OPERATOR = "operator", "operator"
+    COORDINATOR = "coordinator", "coordinator"
+
+
+class ApiKey(models.Model):
+    name = models.CharField(max_length=200)
+    owner = models.CharField(max_length=200, blank=True, default="")
+    source = models.CharField(
+        max_length=16, choices=KeySource.choices, default=KeySource.OPERATOR
+    )
+    key_id = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="The coordinator's key id (blank for operator keys).",
+    )
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=32, blank=True, default="", editable=False)
+    allowed_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Model names and aliases; empty = every model.",
+    )
+    expires_at = models.DateTimeField(null=True, blank=True)
+    rate_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests per minute; empty = unlimited."
+    )
+    allowed_client_ips = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="IPs or CIDRs (IPv4/IPv6); empty = any address.",
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("source", "name", "-created_at")
+        verbose_name = "API key"
+        constraints = (
+            models.UniqueConstraint(
+                fields=("key_id",),
+                condition=models.Q(source="coordinator"),
+                name="keys_apikey_coordinator_key_id_unique",
+            ),
+        )
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    @property
+    def display_hint(self) -> str:
+        return self.hint or (f"id:{self.key_id}" if self.key_id else "")
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.display_hint})" if self.display_hint else self.name
+
+    def __repr__(self) -> str:  # never the hash
+        state = " revoked" if self.revoked_at else ""
+        return (
+            f"<ApiKey {self.pk} {self.name!r} {self.source} {self.display_hint}{state}>"
+        )

@@ -1,0 +1,170 @@
+"""Writes to the key table (HackSoft style: services write, selectors read).
+
+Every write happens in one transaction together with `bump_revision`, so each
+web process recompiles its keyring within a second of the commit (KEY-2).
+
+Operator services (`key_create`, `key_update`, `key_revoke`, `key_rotate`,
+`key_delete`) only accept operator rows. The coordinator services live in
+`keys.coordinator` (re-exported here) and only ever touch coordinator rows
+(KEY-3). Plaintext keys are returned once and never stored, logged or put in
+a revision reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from router.revision import bump_revision
+
+from .coordinator import (
+    ApplyResult,
+    CoordinatorKey,
+    coordinator_key_remove,
+    coordinator_keys_apply,
+)
+from .fields import (
+    EDITABLE,
+    clean_allowed_models,
+    clean_client_ips,
+    clean_expires_at,
+    clean_fields,
+    clean_rate_limit,
+)
+from .keyring import hash_key as _hash_key
+from .keyring import mask_key
+from .models import ApiKey, KeySource
+
+__all__ = [
+    "ApplyResult",
+    "CoordinatorKey",
+    "clean_allowed_models",
+    "clean_client_ips",
+    "clean_expires_at",
+    "clean_rate_limit",
+    "coordinator_key_remove",
+    "coordinator_keys_apply",
+    "key_create",
+    "key_delete",
+    "key_revoke",
+    "key_rotate",
+    "key_update",
+    "new_plaintext",
+]
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "sk-"
+
+
+def new_plaintext() -> str:
+    """`sk-` + 43 url-safe characters from `secrets` (256 bits)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def _require_operator(key: ApiKey) -> None:
+    if key.source != KeySource.OPERATOR:
+        raise ValueError("coordinator keys are managed by the AppProxy coordinator")
+
+
+# -- operator keys -----------------------------------------------------------
+def _insert(fields: dict[str, Any]) -> tuple[ApiKey, str]:
+    plaintext = new_plaintext()
+    key = ApiKey.objects.create(
+        source=KeySource.OPERATOR,
+        key_hash=_hash_key(plaintext),
+        hint=mask_key(plaintext),
+        **fields,
+    )
+    return key, plaintext
+
+
+def key_create(
+    *,
+    name: str,
+    owner: str = "",
+    allowed_models: Iterable[str] = (),
+    expires_at: datetime | None = None,
+    rate_limit: int | None = None,
+    allowed_client_ips: Iterable[str] = (),
+) -> tuple[ApiKey, str]:
+    """Issue an operator key. Returns the row and the plaintext (shown once)."""
+    fields = clean_fields(
+        {
+            "name": name,
+            "owner": owner,
+            "allowed_models": allowed_models,
+            "expires_at": expires_at,
+            "rate_limit": rate_limit,
+            "allowed_client_ips": allowed_client_ips,
+        }
+    )
+    with transaction.atomic():
+        key, plaintext = _insert(fields)
+        bump_revision(f"keys: created {key.name} {key.hint}")
+    log.info(
+        "api key created", extra={"key": key.pk, "key_name": key.name, "hint": key.hint}
+    )
+    return key, plaintext
+
+
+def key_update(key: ApiKey, **changes: Any) -> ApiKey:
+    """Change an operator key's settings (never its secret)."""
+    _require_operator(key)
+    cleaned = clean_fields(changes)
+    with transaction.atomic():
+        for name, value in cleaned.items():
+            setattr(key, name, value)
+        key.save(update_fields=list(cleaned) or None)
+        bump_revision(f"keys: updated {key.name} {key.hint}")
+    return key
+
+
+def _mark_revoked(key: ApiKey) -> bool:
+    now = timezone.now()
+    done = ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
+        revoked_at=now
+    )
+    if done:
+        key.revoked_at = now
+    return bool(done)
+
+
+def key_revoke(key: ApiKey) -> ApiKey:
+    """Revoke an operator key (idempotent); every process drops it within 1 s."""
+    _require_operator(key)
+    with transaction.atomic():
+        if _mark_revoked(key):
+            bump_revision(f"keys: revoked {key.name} {key.hint}")
+            log.info("api key revoked", extra={"key": key.pk, "hint": key.hint})
+    return key
+
+
+def key_rotate(key: ApiKey) -> tuple[ApiKey, str]:
+    """Issue a second key with the same settings, then revoke the first."""
+    _require_operator(key)
+    with transaction.atomic():
+        current = ApiKey.objects.select_for_update().get(pk=key.pk)
+        if current.revoked_at is not None:
+            raise ValueError("this key is revoked; create a new key instead")
+        fields = {name: getattr(current, name) for name in EDITABLE}
+        new, plaintext = _insert(fields)
+        _mark_revoked(key)
+        bump_revision(f"keys: rotated {key.name} {key.hint} -> {new.hint}")
+    log.info(
+        "api key rotated", extra={"key": key.pk, "new_key": new.pk, "hint": new.hint}
+    )
+    return new, plaintext
+
+
+def key_delete(key: ApiKey) -> None:
+    _require_operator(key)
+    with transaction.atomic():
+        ApiKey.objects.filter(pk=key.pk).delete()
+        bump_revision(f"keys: deleted {key.name} {key.hint}")

@@ -1,0 +1,92 @@
+"""Background work of the router (Celery worker + embedded beat).
+
+`probe_backends` runs every ~2 s and probes each backend whose health
+interval has elapsed (GET <base>/v1/models, or /api/tags for Ollama kinds),
+applies the healthy/unhealthy thresholds, stores the verdicts in the Redis
+hash `router:health` and publishes the changes on `router:health`; every web
+process applies them at once. Passive circuit breaking happens in the web
+processes themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import orjson
+from celery import shared_task
+
+from .core.health import StateTable
+from .runtime import health_key
+
+log = logging.getLogger(__name__)
+
+_states = StateTable()
+_last_probe: dict[str, float] = {}
+
+
+def probe_url(url: str, kind: str, path: str | None) -> str | None:
+    if path is None:
+        return None
+    base = url.rstrip("/")
+    if kind in ("ollama",):
+        return base + path
+    if base.endswith("/v1") and path.startswith("/v1/"):
+        return base + path[3:]
+    return base + path
+
+
+def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> bool:
+    try:
+        response = client.get(url, headers=headers)
+    except httpx.HTTPError:
+        return False
+    return response.status_code < 500
+
+
+@shared_task(name="router.probe_backends", ignore_result=True, expires=5)
+def probe_backends() -> dict[str, bool]:
+    from .redis import sync_client
+    from .selectors import compile_snapshot
+
+    snap = compile_snapshot()
+    policy = snap.health
+    enabled = True
+    try:
+        from .selectors import routing_document
+
+        enabled = routing_document().health.enabled
+    except Exception:
+        pass
+    if not enabled or policy is None:
+        return {}
+    _states.set_policy(policy)
+    _states.retain(snap.backends.keys())
+    now = time.monotonic()
+    due = []
+    for spec in snap.backends.values():
+        path = policy.probe_path(spec.kind)
+        target = probe_url(spec.url, spec.kind, path)
+        if target is None or now - _last_probe.get(spec.name, 0.0) < policy.interval_s:
+            continue
+        headers = {"authorization": "Bearer " + spec.api_key.reveal()} if spec.api_key else {}
+        due.append((spec.name, target, headers))
+    if not due:
+        return {}
+    with httpx.Client(timeout=policy.timeout_s) as client, ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda d: (d[0], probe_once(client, d[1], d[2])), due))
+    verdicts: dict[str, bool] = {}
+    for name, ok in results:
+        _last_probe[name] = now
+        state = _states.get(name)
+        state.on_probe(ok, now)
+        verdicts[name] = state.probe_healthy
+    redis = sync_client()
+    try:
+        redis.hset(health_key(), mapping={k: "1" if v else "0" for k, v in verdicts.items()})
+        redis.publish(health_key(), orjson.dumps(verdicts))
+    except Exception as exc:
+        log.warning("health verdicts not published: %s", type(exc).__name__)
+    return verdicts
