@@ -122,6 +122,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
 ROUTER_REDIS_PREFIX = os.environ.get("ROUTER_REDIS_PREFIX", "router:")
 ROUTER_NOTICE_CHANNEL = ROUTER_REDIS_PREFIX + "notice"
 ROUTER_POLL_SECONDS = float(os.environ.get("ROUTER_POLL_SECONDS", "2"))
+# Watch the YAML file's mtime (1 s) and apply edits without a restart.
+ROUTER_WATCH_CONFIG = os.environ.get("ROUTER_WATCH_CONFIG", "1") not in {"0", "false", "no"}
 
 LOG_LEVEL = os.environ.get("ROUTER_LOG_LEVEL", "INFO")
 LOGGING = {

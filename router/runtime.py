@@ -279,7 +279,7 @@ class Runtime:
                     mtime = path.stat().st_mtime
                 except OSError:
                     mtime = None
-                if mtime != self._config_mtime:
+                if settings.ROUTER_WATCH_CONFIG and mtime != self._config_mtime:
                     try:
                         await self._sync_config_file()
                     except Exception as exc:  # keep serving the old state

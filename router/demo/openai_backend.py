@@ -1,0 +1,721 @@
+"""A fake OpenAI-compatible backend (think vLLM) speaking the real wire format.
+
+    python -m router.demo.openai_backend --host 127.0.0.1 --port 8001 \\
+        --name demo-a --models demo,demo-mini [--quiet]
+
+Endpoints: GET /v1/models, GET /health, POST /v1/chat/completions,
+/v1/completions, /v1/embeddings, /v1/responses (each streaming as OpenAI
+does: SSE `data:` frames ending in `data: [DONE]`, or typed `event:` frames
+for the Responses API).  Every response carries `x-backend-name`; the reply
+text says "Hello from <name>." and `model` echoes the request (as vLLM does).
+Any model name is accepted; `models` is what /v1/models lists.
+
+Tool calls: when the request has `tools` and the last user message mentions
+"weather" (or `tool_choice` requires a tool), the reply is a tool call.
+`max_tokens` / `max_completion_tokens` / `max_output_tokens` no larger than
+the reply's piece count truncate it (`finish_reason: "length"`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import struct
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .server import (
+    FAKE_KEY,
+    JSON_CT,
+    MAX_BODY,
+    Behavior,
+    Faults,
+    IdGen,
+    Recorded,
+    ServerThread,
+    StreamWriter,
+    count_tokens,
+    embedding_vector,
+    last_user_text,
+    messages_text,
+    reply_pieces,
+    run_cli,
+    split_text,
+    tool_arguments,
+)
+
+__all__ = ["main", "make_app", "server_thread"]
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+}
+JSON_HEADERS = {"Content-Type": JSON_CT}
+DONE = b"data: [DONE]\n\n"
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "model_not_found"),
+    408: ("timeout_error", None),
+    409: ("conflict_error", None),
+    422: ("invalid_request_error", None),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: Any = None) -> bytes:
+    typ, default_code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+    return orjson.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": typ,
+                "param": param,
+                "code": code if code is not None else default_code,
+            }
+        }
+    )
+
+
+def error_response(status: int, message: str, *, param: str | None = None, code: Any = None) -> web.Response:
+    return web.Response(
+        status=status,
+        body=error_body(status, message, param=param, code=code),
+        headers=JSON_HEADERS,
+    )
+
+
+def _json(obj: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), headers=JSON_HEADERS)
+
+
+def _limit(data: dict[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        v = data.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _pick_tool(tools: Any, tool_choice: Any, user_text: str, *, flat: bool) -> dict[str, Any] | None:
+    """The tool to call, or None.  `flat` = Responses API tool shape."""
+    if not isinstance(tools, list) or not tools:
+        return None
+    fns = []
+    for t in tools:
+        if not isinstance(t, dict) or t.get("type", "function") != "function":
+            continue
+        fn = t if flat else t.get("function")
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            fns.append(fn)
+    if not fns or tool_choice == "none":
+        return None
+    if isinstance(tool_choice, dict):
+        wanted = tool_choice.get("name") if flat else (tool_choice.get("function") or {}).get("name")
+        for fn in fns:
+            if fn["name"] == wanted:
+                return fn
+    if tool_choice == "required" or isinstance(tool_choice, dict) or "weather" in user_text.lower():
+        for fn in fns:
+            if "weather" in fn["name"].lower():
+                return fn
+        return fns[0]
+    return None
+
+
+def _responses_user_text(inp: Any) -> str:
+    if isinstance(inp, str):
+        return inp
+    if isinstance(inp, list):
+        if inp and isinstance(inp[-1], dict) and inp[-1].get("type") == "function_call_output":
+            return ""
+        for item in reversed(inp):
+            if isinstance(item, dict) and item.get("role") == "user":
+                return last_user_text([item])
+    return ""
+
+
+def _responses_input_texts(inp: Any, instructions: Any) -> list[Any]:
+    texts: list[Any] = [instructions] if isinstance(instructions, str) else []
+    if isinstance(inp, str):
+        texts.append(inp)
+    elif isinstance(inp, list):
+        for item in inp:
+            if isinstance(item, dict):
+                c = item.get("content", item.get("output"))
+                if isinstance(c, list):
+                    texts.extend(p.get("text") for p in c if isinstance(p, dict))
+                else:
+                    texts.append(c)
+    return texts
+
+
+class _OpenAIFake:
+    def __init__(
+        self,
+        name: str,
+        models: list[str],
+        behavior: Behavior,
+        requests: list[Recorded] | None,
+    ) -> None:
+        self.name = name
+        self.models = list(models)
+        self.behavior = behavior
+        self.faults = Faults(behavior, requests, error_response)
+        self.ids = IdGen()
+        self.name_header = {"x-backend-name": name}
+        now = int(time.time())
+        self.models_list_data = [
+            {
+                "id": m,
+                "object": "model",
+                "created": now,
+                "owned_by": name,
+                "root": m,
+                "parent": None,
+            }
+            for m in self.models
+        ]
+        self.models_body = orjson.dumps({"object": "list", "data": self.models_list_data})
+
+    # -- common --------------------------------------------------------------
+
+    async def _begin(self, request: web.Request) -> tuple[dict[str, Any] | None, web.Response | None]:
+        body, data, err = await self.faults.begin(request)
+        if err is not None:
+            return None, err
+        if not isinstance(data, dict):
+            if not body:
+                return None, error_response(
+                    400,
+                    "We could not parse the JSON body of your request. (HINT: "
+                    "This likely means you aren't using your HTTP library correctly.)",
+                )
+            return None, error_response(
+                400,
+                "We could not parse the JSON body of your request. (HINT: This likely means you aren't using "
+                "your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not "
+                "valid JSON.)",
+            )
+        model = data.get("model")
+        if not isinstance(model, str) or not model:
+            return None, error_response(400, "you must provide a model parameter", param="model")
+        return data, None
+
+    def _pieces(self, limit: int | None) -> tuple[tuple[str, ...], str]:
+        pieces = reply_pieces(self.name, self.behavior.chunks)
+        if limit is not None and limit <= len(pieces):
+            return pieces[: max(limit, 0)], "length"
+        return pieces, "stop"
+
+    async def _stream(self, request: web.Request) -> StreamWriter:
+        w = StreamWriter(web.StreamResponse(headers=SSE_HEADERS), request, self.behavior)
+        await w.start()
+        return w
+
+    # -- GET -------------------------------------------------------------------
+
+    async def models_list(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.models_body, headers=JSON_HEADERS)
+
+    async def model_get(self, request: web.Request) -> web.Response:
+        model = request.match_info["model"]
+        for entry in self.models_list_data:
+            if entry["id"] == model:
+                return _json(entry)
+        return error_response(
+            404,
+            f"The model `{model}` does not exist or you do not have access to it.",
+            code="model_not_found",
+        )
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    # -- chat completions -------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        data, err = await self._begin(request)
+        if err is not None:
+            return err
+        assert data is not None
+        messages = data.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return error_response(400, "'messages' is a required property", param="messages")
+        model = data["model"]
+        created = int(time.time())
+        cid = self.ids("chatcmpl-")
+        prompt_tokens = count_tokens(*messages_text(messages))
+        tool = _pick_tool(
+            data.get("tools"),
+            data.get("tool_choice"),
+            last_user_text(messages),
+            flat=False,
+        )
+        if tool is not None:
+            args = orjson.dumps(tool_arguments(tool.get("parameters"))).decode()
+            call_id = self.ids("call_")
+            finish = "tool_calls"
+            completion_tokens = count_tokens(args)
+        else:
+            pieces, finish = self._pieces(_limit(data, "max_completion_tokens", "max_tokens"))
+            completion_tokens = len(pieces)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        }
+
+        if not data.get("stream"):
+            if tool is not None:
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": tool["name"], "arguments": args},
+                        }
+                    ],
+                }
+            else:
+                message = {
+                    "role": "assistant",
+                    "content": "".join(pieces),
+                    "refusal": None,
+                }
+            return _json(
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "logprobs": None,
+                            "finish_reason": finish,
+                        }
+                    ],
+                    "usage": usage,
+                    "system_fingerprint": None,
+                }
+            )
+
+        include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
+        head = orjson.dumps(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+            }
+        )
+        prefix = b"data: " + head[:-1] + b',"choices":['
+        suffix = b'],"usage":null}\n\n' if include_usage else b"]}\n\n"
+
+        def frame(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            return (
+                prefix
+                + orjson.dumps(
+                    {
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                )
+                + suffix
+            )
+
+        w = await self._stream(request)
+        if tool is not None:
+            await w.send(
+                frame(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": tool["name"], "arguments": ""},
+                            }
+                        ],
+                    }
+                )
+            )
+            for part in split_text(args, max(self.behavior.chunks, 1)):
+                await w.send(frame({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}))
+        else:
+            await w.send(frame({"role": "assistant", "content": ""}))
+            for piece in pieces:
+                await w.send(frame({"content": piece}))
+        await w.send(frame({}, finish))
+        if include_usage:
+            await w.send(prefix + b'],"usage":' + orjson.dumps(usage) + b"}\n\n")
+        await w.send(DONE)
+        return await w.finish()
+
+    # -- legacy completions ------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        data, err = await self._begin(request)
+        if err is not None:
+            return err
+        assert data is not None
+        prompt = data.get("prompt")
+        if prompt is None:
+            return error_response(400, "'prompt' is a required property", param="prompt")
+        if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+            prompt_tokens = len(prompt)
+        elif isinstance(prompt, list):
+            prompt_tokens = sum(len(p) if isinstance(p, list) else count_tokens(p) for p in prompt) or 1
+        else:
+            prompt_tokens = count_tokens(prompt)
+        model = data["model"]
+        created = int(time.time())
+        cid = self.ids("cmpl-")
+        pieces, finish = self._pieces(_limit(data, "max_tokens"))
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(pieces),
+            "total_tokens": prompt_tokens + len(pieces),
+        }
+        if not data.get("stream"):
+            return _json(
+                {
+                    "id": cid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "text": "".join(pieces),
+                            "index": 0,
+                            "logprobs": None,
+                            "finish_reason": finish,
+                        }
+                    ],
+                    "usage": usage,
+                    "system_fingerprint": None,
+                }
+            )
+        include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
+        head = orjson.dumps({"id": cid, "object": "text_completion", "created": created, "model": model})
+        prefix = b"data: " + head[:-1] + b',"choices":['
+        suffix = b'],"usage":null}\n\n' if include_usage else b"]}\n\n"
+
+        def frame(text: str, finish_reason: str | None = None) -> bytes:
+            return (
+                prefix
+                + orjson.dumps(
+                    {
+                        "text": text,
+                        "index": 0,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                )
+                + suffix
+            )
+
+        w = await self._stream(request)
+        for piece in pieces:
+            await w.send(frame(piece))
+        await w.send(frame("", finish))
+        if include_usage:
+            await w.send(prefix + b'],"usage":' + orjson.dumps(usage) + b"}\n\n")
+        await w.send(DONE)
+        return await w.finish()
+
+    # -- embeddings ----------------------------------------------------------------
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        data, err = await self._begin(request)
+        if err is not None:
+            return err
+        assert data is not None
+        inp = data.get("input")
+        if isinstance(inp, str):
+            items: list[Any] = [inp]
+        elif isinstance(inp, list) and inp and all(isinstance(x, int) for x in inp):
+            items = [inp]  # one tokenized input
+        elif isinstance(inp, list) and inp:
+            items = inp
+        else:
+            return error_response(400, "'input' is a required property", param="input")
+        dims = data.get("dimensions")
+        if not isinstance(dims, int) or isinstance(dims, bool) or dims <= 0:
+            dims = 8
+        b64 = data.get("encoding_format") == "base64"
+        out = []
+        tokens = 0
+        for i, item in enumerate(items):
+            vec = embedding_vector(item, dims)
+            tokens += len(item) if isinstance(item, list) else count_tokens(item)
+            emb: Any = base64.b64encode(struct.pack(f"<{dims}f", *vec)).decode() if b64 else vec
+            out.append({"object": "embedding", "index": i, "embedding": emb})
+        return _json(
+            {
+                "object": "list",
+                "data": out,
+                "model": data["model"],
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    # -- responses API -------------------------------------------------------------
+
+    def _response_obj(
+        self,
+        rid: str,
+        created: int,
+        data: dict[str, Any],
+        status: str,
+        output: list[Any],
+        usage: dict[str, Any] | None,
+        incomplete: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "id": rid,
+            "object": "response",
+            "created_at": created,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": incomplete,
+            "instructions": data.get("instructions"),
+            "max_output_tokens": data.get("max_output_tokens"),
+            "max_tool_calls": data.get("max_tool_calls"),
+            "model": data["model"],
+            "output": output,
+            "parallel_tool_calls": data.get("parallel_tool_calls", True),
+            "previous_response_id": data.get("previous_response_id"),
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": data.get("store", True),
+            "temperature": data.get("temperature", 1.0),
+            "text": data.get("text") or {"format": {"type": "text"}, "verbosity": "medium"},
+            "tool_choice": data.get("tool_choice", "auto"),
+            "tools": data.get("tools") or [],
+            "top_logprobs": data.get("top_logprobs", 0),
+            "top_p": data.get("top_p", 1.0),
+            "truncation": data.get("truncation", "disabled"),
+            "usage": usage,
+            "user": data.get("user"),
+            "metadata": data.get("metadata") or {},
+        }
+        if status == "completed":
+            obj["completed_at"] = int(time.time())
+        return obj
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        data, err = await self._begin(request)
+        if err is not None:
+            return err
+        assert data is not None
+        inp = data.get("input")
+        if inp is None:
+            return error_response(400, "Missing required parameter: 'input'.", param="input")
+        created = int(time.time())
+        rid = self.ids("resp_")
+        input_tokens = count_tokens(*_responses_input_texts(inp, data.get("instructions")))
+        tool = _pick_tool(
+            data.get("tools"),
+            data.get("tool_choice"),
+            _responses_user_text(inp),
+            flat=True,
+        )
+        incomplete = None
+        if tool is not None:
+            args = orjson.dumps(tool_arguments(tool.get("parameters"))).decode()
+            item_id = self.ids("fc_")
+            call_id = self.ids("call_")
+            output_tokens = count_tokens(args)
+            status = "completed"
+            final_item: dict[str, Any] = {
+                "id": item_id,
+                "type": "function_call",
+                "status": "completed",
+                "arguments": args,
+                "call_id": call_id,
+                "name": tool["name"],
+            }
+        else:
+            pieces, finish = self._pieces(_limit(data, "max_output_tokens"))
+            output_tokens = len(pieces)
+            status = "incomplete" if finish == "length" else "completed"
+            if finish == "length":
+                incomplete = {"reason": "max_output_tokens"}
+            item_id = self.ids("msg_")
+            text = "".join(pieces)
+            final_part = {
+                "type": "output_text",
+                "annotations": [],
+                "logprobs": [],
+                "text": text,
+            }
+            final_item = {
+                "id": item_id,
+                "type": "message",
+                "status": status,
+                "content": [final_part],
+                "role": "assistant",
+            }
+        usage = {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        }
+        final = self._response_obj(rid, created, data, status, [final_item], usage, incomplete)
+        if not data.get("stream"):
+            return _json(final)
+
+        seq = 0
+
+        def event(typ: str, payload: dict[str, Any]) -> bytes:
+            nonlocal seq
+            payload["type"] = typ
+            payload["sequence_number"] = seq
+            seq += 1
+            return b"event: " + typ.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+        w = await self._stream(request)
+        started = self._response_obj(rid, created, data, "in_progress", [], None)
+        await w.send(event("response.created", {"response": started}))
+        await w.send(event("response.in_progress", {"response": started}))
+        if tool is not None:
+            added = dict(final_item, status="in_progress", arguments="")
+            await w.send(event("response.output_item.added", {"output_index": 0, "item": added}))
+            for part in split_text(args, max(self.behavior.chunks, 1)):
+                await w.send(
+                    event(
+                        "response.function_call_arguments.delta",
+                        {"item_id": item_id, "output_index": 0, "delta": part},
+                    )
+                )
+            await w.send(
+                event(
+                    "response.function_call_arguments.done",
+                    {
+                        "item_id": item_id,
+                        "output_index": 0,
+                        "name": tool["name"],
+                        "arguments": args,
+                    },
+                )
+            )
+        else:
+            added = {
+                "id": item_id,
+                "type": "message",
+                "status": "in_progress",
+                "content": [],
+                "role": "assistant",
+            }
+            await w.send(event("response.output_item.added", {"output_index": 0, "item": added}))
+            loc = {"item_id": item_id, "output_index": 0, "content_index": 0}
+            empty_part = {
+                "type": "output_text",
+                "annotations": [],
+                "logprobs": [],
+                "text": "",
+            }
+            await w.send(event("response.content_part.added", {**loc, "part": empty_part}))
+            for piece in pieces:
+                await w.send(
+                    event(
+                        "response.output_text.delta",
+                        {**loc, "delta": piece, "logprobs": []},
+                    )
+                )
+            await w.send(event("response.output_text.done", {**loc, "text": text, "logprobs": []}))
+            await w.send(event("response.content_part.done", {**loc, "part": final_part}))
+        await w.send(event("response.output_item.done", {"output_index": 0, "item": final_item}))
+        last = "response.completed" if status == "completed" else "response.incomplete"
+        await w.send(event(last, {"response": final}))
+        return await w.finish()
+
+
+def make_app(
+    name: str,
+    models: list[str],
+    behavior: Behavior | None = None,
+    requests: list[Recorded] | None = None,
+) -> web.Application:
+    """The fake OpenAI-compatible backend.  `requests=None` records nothing."""
+    fake = _OpenAIFake(name, models, behavior if behavior is not None else Behavior(), requests)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=fake.faults.middlewares)
+
+    async def add_name(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers["x-backend-name"] = name
+
+    app.on_response_prepare.append(add_name)
+    app[FAKE_KEY] = fake
+    r = app.router
+    r.add_get("/v1/models", fake.models_list)
+    r.add_get("/v1/models/{model:.+}", fake.model_get)
+    r.add_get("/health", fake.health)
+    r.add_post("/v1/chat/completions", fake.chat)
+    r.add_post("/v1/completions", fake.completions)
+    r.add_post("/v1/embeddings", fake.embeddings)
+    r.add_post("/v1/responses", fake.responses)
+    return app
+
+
+def server_thread(
+    name: str = "demo-a",
+    models: list[str] | tuple[str, ...] = ("demo",),
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    behavior: Behavior | None = None,
+) -> ServerThread:
+    """A (not yet started) `ServerThread` serving this fake; use `with` or `.start()`."""
+    model_list = list(models)
+    return ServerThread(
+        lambda b, reqs: make_app(name, model_list, b, reqs),
+        host=host,
+        port=port,
+        behavior=behavior,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m router.demo.openai_backend", description=__doc__.split("\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--name", default="demo-a")
+    p.add_argument("--models", default="demo,demo-mini", help="comma-separated model names")
+    p.add_argument("--chunks", type=int, default=5, help="content pieces per reply")
+    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream frames")
+    p.add_argument("--quiet", action="store_true", help="no banner, no access log")
+    a = p.parse_args(argv)
+    behavior = Behavior(chunks=a.chunks, chunk_delay_s=a.chunk_delay)
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    app = make_app(a.name, models, behavior, None)
+    run_cli(
+        app,
+        a.host,
+        a.port,
+        quiet=a.quiet,
+        banner=f"fake OpenAI backend {a.name!r} ({', '.join(models)})",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Run the real router as a child process (uvicorn or daphne) for e2e tests.
+
+Each RouterProc has its own SQLite file (copied from a migrated template),
+its own var/ dir and its own Redis key prefix, so tests never see each
+other's state. It waits on /readyz (never a fixed sleep).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+_TEMPLATE: Path | None = None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # keep waiting; report the last failure
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def migrated_template() -> Path:
+    """One migrated SQLite DB per test session, copied for every router."""
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        tmp = Path(tempfile.mkdtemp(prefix="router-template-"))
+        db = tmp / "db.sqlite3"
+        env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "ROUTER_VAR_DIR": str(tmp)}
+        subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+        _TEMPLATE = db
+    return _TEMPLATE
+
+
+class RouterProc:
+    def __init__(self, config: str, *, server: str = "uvicorn", env: dict[str, str] | None = None,
+                 var_dir: Path | None = None, port: int | None = None) -> None:
+        self.dir = var_dir or Path(tempfile.mkdtemp(prefix="router-e2e-"))
+        self.config_path = self.dir / "router.yaml"
+        self.config_path.write_text(config)
+        self.db = self.dir / "db.sqlite3"
+        if not self.db.exists():
+            shutil.copy(migrated_template(), self.db)
+        self.port = port or free_port()
+        self.server = server
+        self.prefix = f"t{uuid.uuid4().hex[:10]}:"
+        self.env = {
+            **os.environ,
+            "ROUTER_CONFIG": str(self.config_path),
+            "ROUTER_VAR_DIR": str(self.dir),
+            "DATABASE_URL": f"sqlite:///{self.db}",
+            "ROUTER_REDIS_PREFIX": self.prefix,
+            "ROUTER_POLL_SECONDS": "2",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.dir / f"web-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> RouterProc:
+        if self.server == "uvicorn":
+            cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(self.port),
+                   "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "5"]
+        else:
+            cmd = [PY, "-m", "daphne", "-p", str(self.port), "config.asgi:application"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log_path.open("ab"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        wait_until(self._ready, timeout, what=f"router on {self.url} to be ready (log: {self.log_path})")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"router exited: {self.logs()[-2000:]}")
+        return httpx.get(self.url + "/readyz", timeout=2).status_code == 200
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def status(self) -> dict:
+        return httpx.get(self.url + "/status", timeout=5).json()
+
+    def revision(self) -> int:
+        return int(self.status()["revision"])
+
+    def write_config(self, config: str, timeout: float = 10.0) -> None:
+        """Rewrite the YAML and wait until this process runs the new revision."""
+        before = self.revision()
+        self.config_path.write_text(config)
+        wait_until(lambda: self.revision() > before, timeout, what="config reload")
+
+    def manage(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
+                              text=True, timeout=60)
+
+    def __enter__(self) -> RouterProc:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
