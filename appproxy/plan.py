@@ -1,0 +1,180 @@
+"""Pure reconcile: circuits → desired backends → a plan against the actual set.
+
+Invariants (seed §5.3, SPEC LEG-3, CORE-2):
+- One backend per usable route: name ``appproxy-<circuit_id>-r<route_key>``
+  (route_key = route_id, else session_id), url
+  ``http://{kernel_host or localhost}:{kernel_port}``, kind ``vllm`` when the
+  circuit's runtime_variant is ``vllm`` else ``openai_compat``, models = the
+  discovered model name, source ``appproxy``.
+- weight = clamp(round(100 * traffic_ratio), 1, 1000); a ratio that is ≤ 0,
+  NaN or infinite-negative drops the route (no backend), +inf saturates at 1000.
+- A circuit whose model is not known yet yields no backends (nothing could
+  match a request for it); the next reconcile after discovery adds them.
+- ``plan`` only ever touches rows whose source is ``appproxy``: it never
+  updates or removes another namespace's backend, and a desired name that is
+  already owned by another namespace is reported as a conflict, not applied.
+- No I/O, no clocks, no Django: deterministic and ordered by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from router.core.backend import BackendSpec
+from router.core.ipnets import Network, parse_comma_list
+
+from .wire import Circuit, RouteInfo
+
+__all__ = [
+    "SOURCE",
+    "IngressEntry",
+    "Plan",
+    "backend_name",
+    "desired_backends",
+    "ingress_table",
+    "plan",
+    "route_url",
+    "weight_from_ratio",
+]
+
+SOURCE = "appproxy"
+NAME_PREFIX = "appproxy-"
+MIN_WEIGHT = 1
+MAX_WEIGHT = 1000
+
+
+def weight_from_ratio(ratio: float) -> int | None:
+    """clamp(round(100 * ratio), 1, 1000); None when the route must be skipped."""
+    try:
+        value = float(ratio)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(value) or value <= 0:
+        return None
+    scaled = 100.0 * value
+    if not math.isfinite(scaled) or scaled >= MAX_WEIGHT:
+        return MAX_WEIGHT
+    return max(MIN_WEIGHT, min(MAX_WEIGHT, round(scaled)))
+
+
+def backend_name(circuit: Circuit, route: RouteInfo) -> str:
+    return f"{NAME_PREFIX}{circuit.id}-r{route.key}"
+
+
+def route_url(route: RouteInfo) -> str:
+    host = route.host
+    # An IPv6 literal needs brackets in a URL authority.
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{route.kernel_port}"
+
+
+def _model_for(circuit: Circuit, models: Mapping[str, str], default_model: str | None) -> str | None:
+    return models.get(circuit.model_key) or default_model
+
+
+def desired_backends(
+    circuits: Iterable[Circuit],
+    models: Mapping[str, str],
+    *,
+    default_model: str | None = None,
+) -> dict[str, BackendSpec]:
+    """The appproxy backends the given circuits call for.
+
+    ``models`` maps ``Circuit.model_key`` (endpoint_id, else circuit id) to the
+    model name the replica reported on ``/v1/models``. Non-inference circuits
+    are skipped.
+    """
+    out: dict[str, BackendSpec] = {}
+    for circuit in circuits:
+        if not circuit.is_inference:
+            continue
+        model = _model_for(circuit, models, default_model)
+        if not model:
+            continue
+        kind = "vllm" if circuit.runtime_variant == "vllm" else "openai_compat"
+        for route in circuit.route_info:
+            weight = weight_from_ratio(route.traffic_ratio)
+            if weight is None:
+                continue
+            name = backend_name(circuit, route)
+            out[name] = BackendSpec(
+                name=name,
+                url=route_url(route),
+                kind=kind,
+                models=(model,),
+                weight=weight,
+                source=SOURCE,
+            )
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    add: tuple[BackendSpec, ...] = ()
+    update: tuple[BackendSpec, ...] = ()  # the new specs
+    remove: tuple[str, ...] = ()  # names
+    conflicts: tuple[str, ...] = ()  # desired names owned by another source
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.add or self.update or self.remove)
+
+    def __bool__(self) -> bool:
+        return not self.is_empty
+
+
+def plan(desired: Mapping[str, BackendSpec], actual: Mapping[str, BackendSpec]) -> Plan:
+    """Diff the desired appproxy backends against the live set (any sources)."""
+    for name, spec in desired.items():
+        if spec.source != SOURCE or spec.name != name:
+            raise ValueError(f"desired backend {name!r} is not an appproxy row")
+    ours = {n: s for n, s in actual.items() if s.source == SOURCE}
+    foreign = {n for n, s in actual.items() if s.source != SOURCE}
+    add: list[BackendSpec] = []
+    update: list[BackendSpec] = []
+    conflicts: list[str] = []
+    for name in sorted(desired):
+        spec = desired[name]
+        if name in foreign:
+            conflicts.append(name)
+        elif name not in ours:
+            add.append(spec)
+        elif ours[name] != spec:
+            update.append(spec)
+    remove = tuple(sorted(n for n in ours if n not in desired))
+    return Plan(tuple(add), tuple(update), remove, tuple(conflicts))
+
+
+@dataclass(frozen=True, slots=True)
+class IngressEntry:
+    circuit_id: str
+    model: str | None  # None until a replica has reported its model
+    open_to_public: bool
+    allowed_ips: tuple[Network, ...]  # empty = unrestricted
+    has_routes: bool  # at least one route that yields a backend
+    endpoint_id: str | None = None
+
+
+def ingress_table(
+    circuits: Iterable[Circuit],
+    models: Mapping[str, str],
+    *,
+    default_model: str | None = None,
+) -> dict[str, IngressEntry]:
+    """Lower-cased subdomain → entry, for inference circuits with a subdomain."""
+    table: dict[str, IngressEntry] = {}
+    for circuit in circuits:
+        if not circuit.is_inference or not circuit.subdomain:
+            continue
+        table[circuit.subdomain.lower()] = IngressEntry(
+            circuit_id=str(circuit.id),
+            model=_model_for(circuit, models, default_model),
+            open_to_public=circuit.open_to_public,
+            allowed_ips=parse_comma_list(circuit.allowed_client_ips),
+            has_routes=any(weight_from_ratio(r.traffic_ratio) is not None for r in circuit.route_info),
+            endpoint_id=str(circuit.endpoint_id) if circuit.endpoint_id else None,
+        )
+    return table

@@ -1,0 +1,282 @@
+"""Coordinator wire models (reference §§1.3-1.4, 2): what we send and accept.
+
+Invariants:
+- Coordinator payloads ignore unknown fields (``extra="ignore"``), so a
+  coordinator that adds a field never breaks the worker; fields that were
+  removed upstream (RouteInfo ``health_status`` …) are simply dropped.
+- RouteInfo accepts kebab-case and snake_case input; everything we emit is
+  snake_case (``model_dump(mode="json")``).
+- A ``Circuit`` remembers the exact mapping it was parsed from (``raw``): the
+  ack of a created event must echo the *complete* circuit objects, and the
+  coordinator re-parses every field, so we echo what we received rather than
+  a re-serialisation that could differ (or drop fields we do not model).
+- No Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
+
+__all__ = [
+    "Circuit",
+    "RouteInfo",
+    "SlotInfo",
+    "WorkerInfo",
+    "WorkerRegistration",
+    "parse_circuits",
+]
+
+
+def _alias(name: str) -> AliasChoices:
+    return AliasChoices(name.replace("_", "-"), name)
+
+
+class RouteInfo(BaseModel):
+    """One replica of a circuit (reference §2.2)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    route_id: UUID | None = Field(default=None, validation_alias=_alias("route_id"))
+    session_id: UUID = Field(validation_alias=_alias("session_id"))
+    session_name: str | None = Field(default=None, validation_alias=_alias("session_name"))
+    # Required key upstream; null means "localhost".
+    kernel_host: str | None = Field(default=None, validation_alias=_alias("kernel_host"))
+    kernel_port: int = Field(ge=1, le=65535, validation_alias=_alias("kernel_port"))
+    protocol: str = "http"
+    traffic_ratio: float = 1.0
+
+    @property
+    def host(self) -> str:
+        return self.kernel_host or "localhost"
+
+    @property
+    def key(self) -> str:
+        """The route's identity inside its circuit: route_id, else session_id."""
+        return str(self.route_id if self.route_id is not None else self.session_id)
+
+
+class Circuit(BaseModel):
+    """SerializableCircuit (reference §2.1), lenient on input.
+
+    Only ``id`` is required here: a worker should not refuse a circuit because
+    an upstream field it never reads is missing. ``raw`` is the original
+    mapping (deep-copied), used verbatim in acks.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: UUID
+    app: str = ""
+    protocol: str = "http"
+    worker: UUID | None = None
+    app_mode: str = "inference"
+    frontend_mode: str = "wildcard"
+    envs: dict[str, Any] = Field(default_factory=dict)
+    arguments: str | None = None
+    open_to_public: bool = False
+    allowed_client_ips: str | None = None
+    port: int | None = None
+    subdomain: str | None = None
+    user_id: UUID | None = None
+    endpoint_id: UUID | None = None
+    runtime_variant: str | None = None
+    route_info: tuple[RouteInfo, ...] = ()
+    session_ids: tuple[UUID, ...] = ()
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    _raw: dict[str, Any] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_raw(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        obj = handler(data)
+        if isinstance(data, Mapping) and isinstance(obj, Circuit):
+            obj._raw = copy.deepcopy(dict(data))
+        return obj
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The complete object as received (a copy), for echoing in an ack."""
+        if self._raw is not None:
+            return copy.deepcopy(self._raw)
+        return self.model_dump(mode="json")
+
+    @property
+    def is_inference(self) -> bool:
+        return self.app_mode == "inference"
+
+    @property
+    def model_key(self) -> str:
+        """Key of the discovered-model cache: endpoint_id, else the circuit id."""
+        return str(self.endpoint_id if self.endpoint_id is not None else self.id)
+
+    def with_routes(self, routes: Iterable[RouteInfo]) -> Circuit:
+        """A copy whose route set is replaced (route_updated semantics)."""
+        new_routes = tuple(routes)
+        out = self.model_copy(update={"route_info": new_routes})
+        raw = self.raw
+        raw["route_info"] = [r.model_dump(mode="json") for r in new_routes]
+        out._raw = raw
+        return out
+
+
+def parse_circuits(items: Iterable[Any]) -> tuple[list[Circuit], list[str]]:
+    """Validate each element on its own: one bad circuit never hides the rest.
+
+    Returns (circuits, errors) where errors are short human-readable strings.
+    """
+    good: list[Circuit] = []
+    errors: list[str] = []
+    for index, item in enumerate(items):
+        try:
+            good.append(Circuit.model_validate(item))
+        except ValidationError as exc:
+            ident = item.get("id") if isinstance(item, Mapping) else None
+            errors.append(f"circuit[{index}] id={ident!r}: {exc.error_count()} validation error(s)")
+    return good, errors
+
+
+class AppFilter(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    key: str
+    value: str
+
+
+class WorkerRegistration(BaseModel):
+    """The ``PUT /api/worker`` body (reference §1.3), snake_case, no aliases."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    authority: str = Field(min_length=1)
+    frontend_mode: Literal["wildcard", "port"] = "wildcard"
+    protocol: Literal["http", "grpc", "h2", "tcp", "preopen", "vnc", "rdp"] = "http"
+    hostname: str = Field(min_length=1)
+    tls_listen: bool = False
+    tls_advertised: bool = False
+    api_port: int = Field(ge=1, le=65535)
+    port_range: tuple[int, int] | None = None
+    wildcard_domain: str | None = None
+    wildcard_traffic_port: int | None = Field(default=None, ge=1, le=65535)
+    filtered_apps_only: bool = False
+    traefik_last_used_marker_path: str | None = None
+    accepted_traffics: tuple[Literal["interactive", "inference"], ...] = ("inference",)
+    app_filters: tuple[AppFilter, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> WorkerRegistration:
+        if self.frontend_mode == "wildcard":
+            domain = self.wildcard_domain or ""
+            if len(domain) < 2 or not domain.startswith("."):
+                raise ValueError(
+                    "wildcard_domain is required for frontend_mode 'wildcard' and "
+                    "must start with a dot, e.g. '.models.example.com'"
+                )
+        elif self.port_range is None:
+            raise ValueError("port_range is required for frontend_mode 'port'")
+        if "inference" not in self.accepted_traffics:
+            raise ValueError("accepted_traffics must include 'inference'")
+        return self
+
+    @classmethod
+    def wildcard(
+        cls,
+        *,
+        authority: str,
+        hostname: str,
+        api_port: int,
+        wildcard_domain: str,
+        wildcard_traffic_port: int | None = None,
+        tls_listen: bool = False,
+        tls_advertised: bool = False,
+    ) -> WorkerRegistration:
+        """A wildcard inference worker. A missing leading dot is added."""
+        domain = wildcard_domain
+        if domain and not domain.startswith("."):
+            domain = "." + domain
+        return cls(
+            authority=authority,
+            hostname=hostname,
+            api_port=api_port,
+            wildcard_domain=domain,
+            wildcard_traffic_port=wildcard_traffic_port,
+            tls_listen=tls_listen,
+            tls_advertised=tls_advertised,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, api_port: int | None = None) -> WorkerRegistration:
+        """Build from the ``appproxy`` config section (object or mapping).
+
+        Reads ``authority``, ``hostname``, ``wildcard_domain``,
+        ``wildcard_traffic_port``, ``tls_listen``, ``tls_advertised`` and
+        ``api_port`` (falling back to ``wildcard_traffic_port``, then 80).
+        """
+
+        def get(name: str, default: Any = None) -> Any:
+            if isinstance(settings, Mapping):
+                return settings.get(name, default)
+            return getattr(settings, name, default)
+
+        traffic_port = get("wildcard_traffic_port")
+        port = api_port or get("api_port") or traffic_port or 80
+        return cls.wildcard(
+            authority=get("authority"),
+            hostname=get("hostname"),
+            api_port=int(port),
+            wildcard_domain=get("wildcard_domain") or "",
+            wildcard_traffic_port=traffic_port,
+            tls_listen=bool(get("tls_listen", False)),
+            tls_advertised=bool(get("tls_advertised", False)),
+        )
+
+    def to_body(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class SlotInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    frontend_mode: str | None = None
+    in_use: bool = False
+    port: int | None = None
+    subdomain: str | None = None
+    circuit_id: UUID | None = None
+
+
+class WorkerInfo(BaseModel):
+    """WorkerResponseModel (reference §1.4); only ``id`` is required."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: UUID
+    authority: str | None = None
+    frontend_mode: str | None = None
+    protocol: str | None = None
+    hostname: str | None = None
+    api_port: int | None = None
+    wildcard_domain: str | None = None
+    wildcard_traffic_port: int | None = None
+    accepted_traffics: tuple[str, ...] = ()
+    available_slots: int | None = None
+    occupied_slots: int | None = None
+    nodes: int | None = None
+    slots: tuple[SlotInfo, ...] = ()
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
