@@ -9,9 +9,11 @@ the name it asked for.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
+import aiohttp
 import httpx
 import orjson
 from django.http import HttpResponse, StreamingHttpResponse
@@ -24,9 +26,19 @@ from .base import Exchange, UpstreamFailed
 # Response headers that belong to one hop, or that Django sets itself.
 _DROP = frozenset(
     {
-        "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
-        "proxy-authenticate", "proxy-authorization", "content-length", "content-encoding",
-        "date", "server", "content-type",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "content-length",
+        "content-encoding",
+        "date",
+        "server",
+        "content-type",
     }
 )
 # Client request headers worth forwarding (the rest are ours or hop-by-hop).
@@ -58,14 +70,35 @@ def request_body(env: Envelope, served: str) -> bytes:
     return orjson.dumps(body)
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """True for real timeouts. httpx-aiohttp maps a refused connection to
+    ConnectTimeout; the aiohttp cause tells the two apart."""
+    cause = exc.__cause__
+    if isinstance(cause, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
+        return True
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, httpx.TimeoutException)
+
+
 def _timeout(spec: BackendSpec) -> dict[str, float]:
-    return {"connect": spec.connect_timeout, "read": spec.read_timeout, "write": spec.read_timeout,
-            "pool": spec.connect_timeout}
+    return {
+        "connect": spec.connect_timeout,
+        "read": spec.read_timeout,
+        "write": spec.read_timeout,
+        "pool": spec.connect_timeout,
+    }
 
 
 async def send(
-    transport: httpx.AsyncBaseTransport, spec: BackendSpec, url: str, *, content: bytes,
-    headers: dict[str, str], stream: bool, method: str = "POST",
+    transport: httpx.AsyncBaseTransport,
+    spec: BackendSpec,
+    url: str,
+    *,
+    content: bytes,
+    headers: dict[str, str],
+    stream: bool,
+    method: str = "POST",
 ) -> tuple[httpx.Response, bytes, float]:
     """Send and read up to the first byte (stream) or the whole body.
 
@@ -75,10 +108,10 @@ async def send(
     request = httpx.Request(method, url, content=content, headers=headers, extensions={"timeout": _timeout(spec)})
     try:
         response = await transport.handle_async_request(request)
-    except httpx.TimeoutException as exc:
-        raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
     except httpx.HTTPError as exc:
-        raise UpstreamFailed(f"cannot reach {spec.name}: {type(exc).__name__}") from exc
+        if is_timeout(exc):
+            raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
+        raise UpstreamFailed(f"cannot connect to {spec.name}") from exc
     try:
         if stream and response.status_code < 400:
             iterator = response.aiter_raw()
@@ -90,11 +123,10 @@ async def send(
         else:
             first = await response.aread()
             await response.aclose()
-    except httpx.TimeoutException as exc:
-        await response.aclose()
-        raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
     except httpx.HTTPError as exc:
         await response.aclose()
+        if is_timeout(exc):
+            raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
         raise UpstreamFailed(f"{spec.name} closed the connection before answering") from exc
     return response, first, (time.perf_counter() - started) * 1000.0
 
@@ -109,8 +141,12 @@ class Passthrough:
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         served = spec.served_name(model)
         response, first, ms = await send(
-            rt.transport, spec, f"{api_base(spec)}/{env.endpoint}",
-            content=request_body(env, served), headers=upstream_headers(spec, env), stream=env.stream,
+            rt.transport,
+            spec,
+            f"{api_base(spec)}/{env.endpoint}",
+            content=request_body(env, served),
+            headers=upstream_headers(spec, env),
+            stream=env.stream,
         )
         iterator = getattr(response, "_router_iter", None)
         return Exchange(
@@ -164,7 +200,9 @@ def _model_rewriter(served: str, requested: str) -> Callable[[bytes], bytes]:
     return rewrite
 
 
-async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None], rewrite: bool) -> AsyncIterator[bytes]:
+async def _relay(
+    ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None], rewrite: bool
+) -> AsyncIterator[bytes]:
     """Yield upstream chunks as they arrive. A client disconnect cancels this
     generator; `finally` closes the upstream at once (CORE-10)."""
     ok: bool | None = None  # stays None when the client goes away: no verdict
@@ -192,9 +230,9 @@ async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict]
         if pending:
             yield fix(pending) if fix is not None else pending
         ok = True
-    except (httpx.TimeoutException, httpx.HTTPError) as exc:
+    except httpx.HTTPError as exc:
         ok = False
-        err = UpstreamTimeout if isinstance(exc, httpx.TimeoutException) else UpstreamError
+        err = UpstreamTimeout if is_timeout(exc) else UpstreamError
         yield err(f"The upstream provider failed mid-stream ({type(exc).__name__}).").to_sse()
     finally:
         if ex.close is not None:

@@ -1,0 +1,185 @@
+"""Health, retries, fallback, streaming failures and disconnects, end to end."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import openai
+import pytest
+
+from tests.support.routerproc import wait_until
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+
+
+def posts(server):
+    return [r for r in server.requests if r.method == "POST"]
+
+
+def two_backends(a, b, extra=""):
+    return (
+        f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n  - {{name: b, url: '{b.url}', models: [m]}}\n"
+        "health: {enabled: true, failure_threshold: 1, cooldown: 60, unhealthy_threshold: 1, healthy_threshold: 1}\n"
+        "retry: {max_attempts: 3, backoff: 0}\n" + extra
+    )
+
+
+def test_killed_backend_is_retried_elsewhere_then_skipped(openai_backends, router_factory):
+    """A dead backend's request is retried on the other one before any byte was sent;
+    its breaker then opens and it receives nothing more."""
+    a, b = openai_backends("a", "b")
+    router = router_factory(two_backends(a, b))
+    a.stop()
+    with httpx.Client(base_url=router.url, timeout=30) as http:
+        for _ in range(10):
+            r = http.post("/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200
+            assert r.headers["x-backend-name"] == "b"
+    status = {x["name"]: x for x in router.status()["backends"]}
+    assert status["a"]["healthy"] is False
+    a.start()  # back, but its breaker is still open (cooldown 60 s): nothing lands there
+    with httpx.Client(base_url=router.url, timeout=30) as http:
+        for _ in range(6):
+            assert http.post("/v1/chat/completions", json=CHAT).headers["x-backend-name"] == "b"
+    assert posts(a) == []
+
+
+def test_drop_before_response_is_retried(openai_backends, router_factory):
+    a, b = openai_backends("a", "b")
+    a.behavior.drop_before_response = True
+    router = router_factory(two_backends(a, b))
+    with httpx.Client(base_url=router.url, timeout=30) as http:
+        for _ in range(4):
+            r = http.post("/v1/chat/completions", json={**CHAT, "stream": True})
+            assert r.status_code == 200 and b"[DONE]" in r.content
+    assert len(posts(a)) == 1  # tried once, then its breaker opened
+    assert len(posts(b)) == 4
+
+
+def test_active_probe_marks_unhealthy_until_recovery(openai_backends, router_factory):
+    """The probe task's verdict reaches the web process; an unhealthy backend gets
+    no traffic until a probe sees it healthy again."""
+    a, b = openai_backends("a", "b")
+    router = router_factory(two_backends(a, b))
+    probe = lambda: router.manage("shell", "-c", "from router.tasks import probe_backends; print(probe_backends())")  # noqa: E731
+    a.stop()
+    out = probe()
+    assert "'a': False" in out.stdout, out.stderr
+    wait_until(lambda: not {x["name"]: x for x in router.status()["backends"]}["a"]["healthy"], 10, what="probe verdict")
+    a.start()  # alive again, but not yet probed: still out of rotation
+    with httpx.Client(base_url=router.url, timeout=30) as http:
+        for _ in range(6):
+            assert http.post("/v1/chat/completions", json=CHAT).headers["x-backend-name"] == "b"
+    assert posts(a) == []
+    # The probe task keeps its own per-backend interval; a fresh process probes at once.
+    out = probe()
+    assert "'a': True" in out.stdout, out.stderr
+    wait_until(lambda: {x["name"]: x for x in router.status()["backends"]}["a"]["healthy"], 10, what="recovery")
+    with httpx.Client(base_url=router.url, timeout=30) as http:
+        seen = {http.post("/v1/chat/completions", json=CHAT).headers["x-backend-name"] for _ in range(6)}
+    assert seen == {"a", "b"}
+
+
+def test_fallback_chain_answers_when_all_backends_are_down(openai_backends, router_factory):
+    a, b, c = openai_backends("a", "b", "c")
+    router = router_factory(
+        f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n  - {{name: b, url: '{b.url}', models: [m]}}\n"
+        f"  - {{name: c, url: '{c.url}', models: [backup]}}\n"
+        "fallback: {fallback_chains: {m: [backup]}}\nretry: {max_attempts: 3, backoff: 0}\n"
+    )
+    a.stop()
+    b.stop()
+    client = openai.OpenAI(base_url=router.url + "/v1", api_key="x", max_retries=0)
+    out = client.chat.completions.create(**CHAT)
+    assert out.choices[0].message.content.startswith("Hello from c")
+    assert posts(c)[-1].json["model"] == "backup"
+    # An unknown model never enters fallback.
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="unknown", messages=CHAT["messages"])
+    assert err.value.body["code"] == "model_not_found"
+
+
+def test_all_down_without_fallback_is_a_clear_5xx(openai_backends, router_factory):
+    (a,) = openai_backends("a")
+    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\nretry: {{max_attempts: 2, backoff: 0}}\nhealth: {{failure_threshold: 1}}\n")
+    a.stop()
+    r = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert r.status_code == 502
+    assert r.json()["error"]["code"] == "upstream_error"
+    r = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30)  # breaker open now
+    assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend_available"
+
+
+def test_upstream_error_status_is_relayed_after_retries(openai_backends, router_factory):
+    a, b = openai_backends("a", "b")
+    a.behavior.status = 503
+    b.behavior.status = 503
+    router = router_factory(
+        f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n  - {{name: b, url: '{b.url}', models: [m]}}\n"
+        "health: {failure_threshold: 10}\nretry: {max_attempts: 2, backoff: 0}\n"
+    )
+    r = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert r.status_code == 503  # the provider's own answer, as it came
+    assert "error" in r.json()
+    assert len(posts(a)) + len(posts(b)) == 2  # tried on both
+    a.behavior.status = 400
+    b.behavior.reset()
+    b.behavior.status = 400
+    r = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert r.status_code == 400  # client errors are not retried
+
+
+def test_mid_stream_failure_ends_with_error_event(openai_backends, router_factory):
+    (a,) = openai_backends("a")
+    a.behavior.die_after_chunks = 2
+    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n")
+    client = openai.OpenAI(base_url=router.url + "/v1", api_key="x", max_retries=0)
+    got = []
+    with pytest.raises(openai.APIError):
+        for chunk in client.chat.completions.create(**CHAT, stream=True):
+            got.append(chunk)
+    assert got  # bytes had flowed: no retry after the first byte
+    assert len(posts(a)) == 1
+
+
+def test_client_disconnect_cancels_upstream(openai_backends, router_factory):
+    (a,) = openai_backends("a")
+    a.behavior.chunk_delay_s = 0.5
+    a.behavior.chunks = 100
+    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n")
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", router.url + "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+    req = posts(a)[-1]
+    assert req.finished.wait(10), "upstream still running after the client left"
+    assert req.outcome == "cancelled"
+    # The slot was released: the router still serves.
+    wait_until(lambda: router.status()["backends"][0]["in_flight"] == 0, 10, what="slot release")
+
+
+def test_concurrent_streams_survive_a_reload_that_removes_their_backend(openai_backends, router_factory):
+    """Removed backends drain: in-flight streams finish on the old snapshot."""
+    a, b = openai_backends("a", "b")
+    a.behavior.chunk_delay_s = 0.3
+    a.behavior.chunks = 8
+    cfg_ab = f"backends:\n  - {{name: a, url: '{a.url}', models: [slow]}}\n  - {{name: b, url: '{b.url}', models: [m]}}\n"
+    router = router_factory(cfg_ab)
+    result = {}
+
+    def consume():
+        with httpx.Client(timeout=60) as http:
+            r = http.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "slow", "stream": True})
+            result["status"] = r.status_code
+            result["body"] = r.content
+
+    t = threading.Thread(target=consume)
+    t.start()
+    wait_until(lambda: posts(a), 10, what="stream start")
+    router.write_config(f"backends:\n  - {{name: b, url: '{b.url}', models: [m]}}\n")
+    t.join(30)
+    assert result["status"] == 200
+    assert result["body"].rstrip().endswith(b"data: [DONE]")
+    r = httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "slow"}, timeout=30)
+    assert r.status_code == 404
