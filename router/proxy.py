@@ -84,14 +84,21 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
                 param=selector_field,
             )
         model = env.model
+        pinned = False
         if snap.ingress is not None:
-            model = snap.ingress.resolve(env, snap) or model  # may pin the circuit's model
+            # Host → circuit: auth (JWT, IPs) is checked here, before any
+            # fallback; a registered circuit pins its canonical model, which
+            # counts as known even while it has no routes (LEG-5/6/7).
+            target = snap.ingress.resolve(env, snap)
+            if target is not None:
+                model, pinned = target, True
+        known = pinned or snap.known(model)
         gate = rt.gate
         key = None
         if gate is not None:
             key = await gate.admit(env.headers, env.client_ip, time.time())
-            gate.check_model(key, model, known=snap.known(model))
-        elif not snap.known(model):
+            gate.check_model(key, model, known=known)
+        elif not known:
             raise ModelNotFound(f"The model '{model}' does not exist.", param="model")
         if key is not None:
             obs["key"] = key.name

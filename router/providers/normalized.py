@@ -1,0 +1,185 @@
+"""Normalized path (MIX-5): the selected provider speaks its native API.
+
+The request is converted (router/providers/ollama*.py, pure) *after* the
+provider was selected and *before* anything is dispatched: a required field
+that cannot be converted is a 400 `unsupported_parameter`, and nothing goes
+upstream. Ollama's JSON / NDJSON answers are converted back into the exact
+OpenAI shapes. Ignored fields are recorded in the observation only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import orjson
+from django.http import HttpResponse, StreamingHttpResponse
+
+from ..core.backend import BackendSpec
+from ..core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
+from ..request import Envelope
+from . import ollama
+from .base import Exchange, UpstreamFailed
+from .passthrough import is_timeout, send
+
+_ENDPOINTS = {
+    "chat/completions": ("/api/chat", ollama.chat_request),
+    "responses": ("/api/chat", ollama.responses_request),
+    "embeddings": ("/api/embed", ollama.embed_request),
+}
+
+
+def _headers(spec: BackendSpec) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    if spec.api_key:
+        headers["authorization"] = "Bearer " + spec.api_key.reveal()
+    for name, value in spec.headers:
+        headers[name.lower()] = value
+    return headers
+
+
+class Normalized:
+    path = "normalized"
+
+    async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+        if spec.kind != "ollama":
+            raise UpstreamError(f"Backend kind '{spec.kind}' has no native adapter in this router.")
+        route = _ENDPOINTS.get(env.endpoint)
+        if route is None:
+            raise UnsupportedParameter(
+                f"/v1/{env.endpoint} is not available from the selected provider (Ollama); "
+                "use /v1/chat/completions or /v1/responses.",
+            )
+        api_path, convert = route
+        served = spec.served_name(model)
+        conversion = convert(env.body, served)  # raises before dispatch
+        base = spec.url[:-3] if spec.url.endswith("/v1") else spec.url
+        response, first, ms = await send(
+            rt.transport, spec, base + api_path, content=orjson.dumps(conversion.request),
+            headers=_headers(spec), stream=env.stream,
+        )
+        info = {
+            "served": served,
+            "adapter": "ollama",
+            "ignored_fields": conversion.ignored_fields,
+            "notes": conversion.notes,
+        }
+        if response.status_code >= 400:
+            status, error = ollama.error_from_ollama(response.status_code, first)
+            if getattr(response, "_router_iter", None) is not None:
+                await response.aclose()
+            return Exchange(spec, status, [], "application/json", orjson.dumps(error), upstream_ms=ms, info=info)
+        now = int(time.time())
+        if not env.stream:
+            try:
+                answer = orjson.loads(first)
+                if env.endpoint == "chat/completions":
+                    out = ollama.chat_completion(answer, model=env.model, completion_id=ollama_id("chatcmpl-"), created=now)
+                elif env.endpoint == "responses":
+                    out = ollama.response_object(answer, model=env.model, response_id=ollama_id("resp_"),
+                                                 created_at=now, request_body=env.body)
+                else:
+                    out = ollama.embeddings(answer, model=env.model, encoding_format=env.body.get("encoding_format"))
+            except (orjson.JSONDecodeError, RouterError) as exc:
+                raise UpstreamFailed(f"{spec.name} answered something unusable: {exc}") from exc
+            info["usage"] = out.get("usage")
+            return Exchange(spec, 200, [], "application/json", orjson.dumps(out), upstream_ms=ms, info=info)
+        # Streaming: turn NDJSON into SSE; read until the first frame exists so
+        # a provider that dies before its first token is still retried.
+        if env.endpoint == "chat/completions":
+            options = env.body.get("stream_options")
+            include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+            translator = ollama.ChatStream(model=env.model, completion_id=ollama_id("chatcmpl-"), created=now,
+                                           include_usage=include_usage)
+            head: list[bytes] = []
+        else:
+            translator = ollama.ResponsesStream(model=env.model, response_id=ollama_id("resp_"), created_at=now,
+                                                request_body=env.body)
+            head = translator.start()
+        decoder = ollama.NdjsonDecoder()
+        iterator = response._router_iter  # type: ignore[attr-defined]
+        frames: list[bytes] = []
+        chunk = first
+        try:
+            while True:
+                for obj in decoder.feed(chunk):
+                    frames.extend(translator.feed(obj))
+                if frames:
+                    break
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    for obj in decoder.close():
+                        frames.extend(translator.feed(obj))
+                    frames.extend(translator.finish())
+                    iterator = None
+                    break
+        except (RouterError, ValueError, httpx.HTTPError) as exc:
+            await response.aclose()
+            raise UpstreamFailed(f"{spec.name} failed before its first token: {exc}",
+                                 timeout=isinstance(exc, httpx.HTTPError) and is_timeout(exc)) from exc
+        info["translator"] = translator
+        return Exchange(
+            spec, 200, [], "text/event-stream", b"".join(head + frames),
+            stream=_converted(iterator, decoder, translator) if iterator is not None else _empty(),
+            close=response.aclose, upstream_ms=ms, info=info,
+        )
+
+    def respond(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]):
+        if not env.stream or ex.status >= 400:
+            done(ex.status < 500, {"usage": ex.info.get("usage")})
+            return HttpResponse(ex.body, status=ex.status, content_type=ex.content_type)
+        response = StreamingHttpResponse(_relay(ex, done), status=200, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+
+async def _empty() -> AsyncIterator[bytes]:
+    return
+    yield b""  # pragma: no cover
+
+
+async def _converted(iterator, decoder, translator) -> AsyncIterator[bytes]:
+    """The rest of the NDJSON stream as SSE bytes, one yield per upstream chunk."""
+    async for chunk in iterator:
+        out = [frame for obj in decoder.feed(chunk) for frame in translator.feed(obj)]
+        if out:
+            yield b"".join(out)
+    tail = [frame for obj in decoder.close() for frame in translator.feed(obj)]
+    yield b"".join(tail + translator.finish())
+
+
+async def _relay(ex: Exchange, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
+    translator = ex.info["translator"]
+    ok: bool | None = None
+    try:
+        if ex.body:
+            yield ex.body
+        async for data in ex.stream:  # type: ignore[union-attr]
+            if data:
+                yield data
+        ok = True
+    except (RouterError, ValueError, httpx.HTTPError) as exc:
+        ok = False
+        if isinstance(exc, RouterError):
+            error = exc
+        elif isinstance(exc, httpx.HTTPError) and is_timeout(exc):
+            error = UpstreamTimeout("The provider timed out mid-stream.")
+        else:
+            error = UpstreamError(f"The provider failed mid-stream ({type(exc).__name__}).")
+        yield b"".join(translator.fail(error))
+    finally:
+        if ex.close is not None:
+            await ex.close()
+        done(ok, {"usage": translator.usage})
+
+
+def ollama_id(prefix: str) -> str:
+    """`chatcmpl-<hex>` / `resp_<hex>`: the id shapes OpenAI uses."""
+    return prefix + secrets.token_hex(12)
+
+
+NORMALIZED = Normalized()
