@@ -47,6 +47,18 @@ async def get_model(request: HttpRequest, model_id: str) -> HttpResponse:
     return await models_api.get_model(request, model_id)
 
 
+_OTHER = ["GET", "PUT", "PATCH", "DELETE"]
+
+
+async def _method_not_allowed(request: HttpRequest, **kwargs) -> HttpResponse:
+    return proxy.error_response(MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}."))
+
+
+for _path in ("/chat/completions", "/completions", "/embeddings", "/responses"):
+    api.api_operation(_OTHER, _path, include_in_schema=False)(_method_not_allowed)
+api.api_operation(["POST", "PUT", "PATCH", "DELETE"], "/models", include_in_schema=False)(_method_not_allowed)
+
+
 async def unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Anything else under /v1: OpenAI-shaped 404/405, never an HTML page."""
     known = {"chat/completions", "completions", "embeddings", "responses", "models"}

@@ -1,0 +1,47 @@
+"""The operator YAML: strict keys with their path, ${ENV} interpolation."""
+
+import pytest
+
+from router.config_schema import ConfigError, parse
+
+
+def test_defaults_and_minimal_backend():
+    cfg, raw = parse("backends:\n  - {name: a, url: 'http://h:1/', models: [m]}\n")
+    b = cfg.backends[0]
+    assert (b.url, b.kind, b.weight, b.priority, b.capacity) == ("http://h:1", "openai_compat", 100, 0, None)
+    assert cfg.selection_strategy == "weighted_round_robin"
+    assert cfg.api_keys.mode == "open"
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("backends:\n  - {name: a, url: 'http://h', models: [m], wieght: 3}\n", "backends[0].wieght: unknown key"),
+        ("selection_stratgy: x\n", "selection_stratgy: unknown key"),
+        ("backends:\n  - {name: a, url: 'http://h', models: [m], weight: 0}\n", "backends[0].weight"),
+        ("backends:\n  - {name: a, url: 'ftp://h', models: [m]}\n", "backends[0].url"),
+        ("backends:\n  - {name: a, url: 'http://h', models: [m], kind: vlm}\n", "unknown kind 'vlm'"),
+        ("backends:\n  - {name: a, url: 'http://h', models: [m]}\n  - {name: a, url: 'http://h', models: [m]}\n", "duplicate backend name"),
+        ("selection_strategy: fastest\n", "selection_strategy"),
+        ("api_keys: {mode: closed}\n", "api_keys.mode"),
+        ("server: {trusted_proxies: [not-an-ip]}\n", "server.trusted_proxies"),
+        ("- just a list\n", "top level must be a mapping"),
+        ("backends: [\n", "not valid YAML"),
+    ],
+)
+def test_errors_name_the_key(text, needle):
+    with pytest.raises(ConfigError) as err:
+        parse(text, source="router.yaml")
+    assert needle in str(err.value)
+    assert str(err.value).startswith("router.yaml")
+
+
+def test_env_interpolation_and_missing_variable(monkeypatch):
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-from-env")
+    cfg, raw = parse("backends:\n  - {name: a, url: 'http://h', models: [m], api_key: '${UPSTREAM_KEY}'}\n")
+    assert cfg.backends[0].api_key == "sk-from-env"
+    assert raw["backends"][0]["api_key"] == "${UPSTREAM_KEY}"  # the raw doc keeps the template
+    monkeypatch.delenv("UPSTREAM_KEY")
+    with pytest.raises(ConfigError) as err:
+        parse("backends:\n  - {name: a, url: 'http://h', models: [m], api_key: '${UPSTREAM_KEY}'}\n", source="f.yaml")
+    assert "backends[0].api_key: environment variable UPSTREAM_KEY is not set" in str(err.value)
