@@ -33,7 +33,10 @@ class BackendConfig(_Strict):
     name: str = Field(min_length=1, max_length=200)
     url: str
     kind: str = "openai_compat"
-    models: list[str] = Field(min_length=1)
+    models: list[str] = Field(default_factory=list)
+    # Add the names the backend itself lists (GET /v1/models, or Ollama's
+    # /api/tags) to `models`, refreshed by the health probe task.
+    discover_models: bool = False
     served_model: str | None = None
     weight: int = Field(default=100, ge=1, le=1000)
     capacity: int | None = Field(default=None, ge=1)
@@ -49,6 +52,12 @@ class BackendConfig(_Strict):
         if not re.match(r"^https?://[^/\s]+", v):
             raise ValueError("must be an http:// or https:// URL")
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _has_models(self) -> BackendConfig:
+        if not self.models and not self.discover_models:
+            raise ValueError("models: list at least one model name, or set discover_models: true")
+        return self
 
     @field_validator("kind")
     @classmethod

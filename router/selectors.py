@@ -17,6 +17,14 @@ from .revision import current_revision
 log = logging.getLogger(__name__)
 
 
+def _models(row: Backend) -> tuple[str, ...]:
+    names = list(row.models or ())
+    extra = row.extra or {}
+    if extra.get("discover_models"):
+        names += [n for n in extra.get("discovered") or () if n not in names]
+    return tuple(names)
+
+
 def _spec(row: Backend) -> BackendSpec:
     api_key = interpolate(row.api_key, f"backend {row.name}.api_key") if row.api_key else ""
     headers = tuple((str(k), str(interpolate(v))) for k, v in (row.extra or {}).get("headers", {}).items())
@@ -24,7 +32,7 @@ def _spec(row: Backend) -> BackendSpec:
         name=row.name,
         url=row.url.rstrip("/"),
         kind=row.kind,
-        models=tuple(row.models or ()),
+        models=_models(row),
         served_model=row.served_model or None,
         weight=row.weight,
         capacity=row.capacity,

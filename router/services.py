@@ -43,7 +43,7 @@ def _backend_fields(raw: dict, parsed) -> dict:
         "api_key": str(raw.get("api_key") or ""),
         "connect_timeout": parsed.connect_timeout,
         "read_timeout": parsed.read_timeout,
-        "extra": {"headers": dict(raw.get("headers") or {})},
+        "extra": {"headers": dict(raw.get("headers") or {}), "discover_models": parsed.discover_models},
     }
 
 
@@ -76,10 +76,14 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
             )
         wanted = {b.name: (rb, b) for rb, b in zip(raw_backends, model.backends, strict=True)}
         Backend.objects.filter(source=Source.CONFIG).exclude(name__in=list(wanted)).delete()
+        discovered = dict(
+            Backend.objects.filter(source=Source.CONFIG, name__in=list(wanted)).values_list("name", "extra")
+        )
         for name, (rb, parsed) in wanted.items():
-            Backend.objects.update_or_create(
-                name=name, defaults={"source": Source.CONFIG, **_backend_fields(rb, parsed)}
-            )
+            fields = _backend_fields(rb, parsed)
+            if parsed.discover_models and (discovered.get(name) or {}).get("discovered"):
+                fields["extra"]["discovered"] = discovered[name]["discovered"]
+            Backend.objects.update_or_create(name=name, defaults={"source": Source.CONFIG, **fields})
         doc.path = str(path)
         doc.digest = digest
         doc.document = document
@@ -87,3 +91,23 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
         bump_revision(f"config {path.name}")
     log.info("config applied", extra={"path": str(path), "backends": len(wanted)})
     return True
+
+
+def discovered_models_apply(found: dict[str, list[str]]) -> bool:
+    """Store the model names probes found on `discover_models` backends.
+
+    Bumps the revision only when a backend's list actually changed.
+    """
+    changed = False
+    with transaction.atomic():
+        for row in Backend.objects.select_for_update().filter(name__in=list(found)):
+            extra = dict(row.extra or {})
+            if not extra.get("discover_models") or extra.get("discovered") == found[row.name]:
+                continue
+            extra["discovered"] = found[row.name]
+            row.extra = extra
+            row.save(update_fields=["extra", "updated_at"])
+            changed = True
+        if changed:
+            bump_revision("discovered models")
+    return changed

@@ -38,12 +38,30 @@ def probe_url(url: str, kind: str, path: str | None) -> str | None:
     return base + path
 
 
-def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> bool:
+def listed_models(kind: str, body: bytes) -> list[str] | None:
+    """Model names from a probe answer: Ollama /api/tags or OpenAI /v1/models."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if kind == "ollama":
+        from .providers.ollama import models_from_tags
+
+        return [m["id"] for m in models_from_tags(data, owned_by="ollama")]
+    items = data.get("data")
+    if not isinstance(items, list):
+        return None
+    return [m["id"] for m in items if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[bool, bytes]:
     try:
         response = client.get(url, headers=headers)
     except httpx.HTTPError:
-        return False
-    return response.status_code < 500
+        return False, b""
+    return response.status_code < 500, response.content if response.status_code == 200 else b""
 
 
 @shared_task(name="router.probe_backends", ignore_result=True, expires=5)
@@ -72,17 +90,26 @@ def probe_backends() -> dict[str, bool]:
         if target is None or now - _last_probe.get(spec.name, 0.0) < policy.interval_s:
             continue
         headers = {"authorization": "Bearer " + spec.api_key.reveal()} if spec.api_key else {}
-        due.append((spec.name, target, headers))
+        due.append((spec.name, target, headers, spec.kind))
     if not due:
         return {}
     with httpx.Client(timeout=policy.timeout_s) as client, ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda d: (d[0], probe_once(client, d[1], d[2])), due))
+        results = list(pool.map(lambda d: (d[0], d[3], *probe_once(client, d[1], d[2])), due))
     verdicts: dict[str, bool] = {}
-    for name, ok in results:
+    found: dict[str, list[str]] = {}
+    for name, kind, ok, body in results:
+        if ok and body:
+            names = listed_models(kind, body)
+            if names:
+                found[name] = names
         _last_probe[name] = now
         state = _states.get(name)
         state.on_probe(ok, now)
         verdicts[name] = state.probe_healthy
+    if found:
+        from .services import discovered_models_apply
+
+        discovered_models_apply(found)
     redis = sync_client()
     try:
         redis.hset(health_key(), mapping={k: "1" if v else "0" for k, v in verdicts.items()})
