@@ -214,6 +214,9 @@ async def _execute(rt: Runtime, snap: Snapshot, env: Envelope, model: str, obs: 
             tried.add(spec.name)
             attempts += 1
             provider = provider_for(spec.kind)
+            # The selection is observed even when the provider rejects the
+            # request before dispatch (unsupported field, no adapter): MIX-6.
+            obs.update(provider=spec.name, kind=spec.kind, path=provider.path)
             try:
                 ex = await provider.start(rt, spec, env, target)
             except UpstreamFailed as failure:
@@ -225,6 +228,9 @@ async def _execute(rt: Runtime, snap: Snapshot, env: Envelope, model: str, obs: 
                 continue
             except RouterError:
                 rt.release(state, ok=True)  # rejected before dispatch (e.g. unsupported field)
+                raise
+            except asyncio.CancelledError:
+                rt.release(state, ok=None)  # the client left while we waited upstream
                 raise
             if ex.status in retry.retry_on_status and attempts < retry.max_attempts:
                 if ex.close is not None:

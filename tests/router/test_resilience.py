@@ -183,3 +183,18 @@ def test_concurrent_streams_survive_a_reload_that_removes_their_backend(openai_b
     assert result["body"].rstrip().endswith(b"data: [DONE]")
     r = httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "slow"}, timeout=30)
     assert r.status_code == 404
+
+
+def test_client_disconnect_during_non_stream_wait_cancels_upstream(openai_backends, router_factory):
+    """A client that gives up while the backend is still thinking cancels it, and the slot is freed."""
+    (a,) = openai_backends("a")
+    a.behavior.delay_s = 30
+    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m], capacity: 1}}\n")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=1.0)
+    req = posts(a)[-1]
+    assert req.finished.wait(10), "upstream still running after the client left"
+    assert req.outcome == "cancelled"
+    wait_until(lambda: router.status()["backends"][0]["in_flight"] == 0, 10, what="slot release")
+    a.behavior.delay_s = 0
+    assert httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30).status_code == 200
