@@ -175,7 +175,7 @@ async def main() -> None:
                      "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
     if args.server == "uvicorn":
         cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(router_port), "--loop", "uvloop",
-               "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+               "--http", "httptools", "--no-access-log", "--log-level", "warning", "--no-proxy-headers"]
     else:
         cmd = [PY, "-m", "daphne", "-p", str(router_port), "config.asgi:application"]
     router = start(cmd, env, "0", tmp / "router.log")

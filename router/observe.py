@@ -81,7 +81,8 @@ def _emit(obs: dict) -> None:
         RETRIES.labels(model).inc(attempts - 1)
     if obs.get("hops"):
         FALLBACKS.labels(model).inc()
-    QUEUE.labels(obs.get("queue") or "direct").inc()
+    if obs.get("queue"):  # rejected before selection: no queue decision was made
+        QUEUE.labels(obs["queue"]).inc()
     log.info("request", extra={"obs": obs})
 
 

@@ -67,6 +67,7 @@ async def status(request: HttpRequest) -> HttpResponse:
         "uptime_s": round(time.time() - rt.started_at, 1),
         "strategy": snap.strategy,
         "api_keys_mode": snap.api_keys_mode,
+        "waiting": rt.waiting,  # requests queued for capacity (MIX-1)
         "backends": [
             {
                 "name": spec.name,

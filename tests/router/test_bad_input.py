@@ -60,7 +60,7 @@ def test_bad_bodies(routed, content, status, code, param):
 
 
 def test_body_over_limit_is_413(routed):
-    router, backend = routed
+    router, _backend = routed
     payload = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (BIG * 2) + b'"}]}'
     r = httpx.post(router.url + "/v1/chat/completions", content=payload, headers={"content-type": "application/json"})
     assert r.status_code == 413

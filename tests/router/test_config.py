@@ -6,7 +6,7 @@ from router.config_schema import ConfigError, parse
 
 
 def test_defaults_and_minimal_backend():
-    cfg, raw = parse("backends:\n  - {name: a, url: 'http://h:1/', models: [m]}\n")
+    cfg, _raw = parse("backends:\n  - {name: a, url: 'http://h:1/', models: [m]}\n")
     b = cfg.backends[0]
     assert (b.url, b.kind, b.weight, b.priority, b.capacity) == ("http://h:1", "openai_compat", 100, 0, None)
     assert cfg.selection_strategy == "weighted_round_robin"

@@ -41,7 +41,7 @@ def landed(*servers):
 
 def test_chat_non_stream_is_relayed_byte_for_byte(stack):
     """The client gets exactly the backend's bytes, and the backend exactly the client's."""
-    router, client, a, b = stack
+    router, _client, a, b = stack
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "vendor_knob": {"x": [1, 2]}}
     raw = orjson.dumps(body)
     r = httpx.post(router.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
@@ -54,11 +54,11 @@ def test_chat_non_stream_is_relayed_byte_for_byte(stack):
     # Non-stream bodies come back byte for byte: compare with the backend answering directly.
     direct = httpx.post(server.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
     assert set(orjson.loads(r.content)) == set(orjson.loads(direct.content))
-    assert orjson.loads(r.content)["choices"][0]["message"]["content"].startswith(f"Hello from {server.port and r.headers['x-backend-name']}")
+    assert orjson.loads(r.content)["choices"][0]["message"]["content"].startswith(f"Hello from {r.headers['x-backend-name']}")
 
 
 def test_sdk_chat_stream_and_usage(stack):
-    router, client, a, b = stack
+    _router, client, _a, _b = stack
     stream = client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True}
     )
@@ -70,7 +70,7 @@ def test_sdk_chat_stream_and_usage(stack):
 
 
 def test_sdk_completions_embeddings_responses_models(stack):
-    router, client, a, b = stack
+    _router, client, _a, _b = stack
     comp = client.completions.create(model="m", prompt="Say hi")
     assert comp.choices[0].text
     emb = client.embeddings.create(model="m", input=["one", "two"])
@@ -91,7 +91,7 @@ def test_sdk_completions_embeddings_responses_models(stack):
 
 def test_served_name_rewrite_both_ways(stack):
     """The backend sees its served name; the client sees the name it asked for."""
-    router, client, a, b = stack
+    _router, client, a, _b = stack
     out = client.chat.completions.create(model="public-name", messages=[{"role": "user", "content": "x"}])
     assert out.model == "public-name"
     received = [r for r in a.requests if r.method == "POST"][-1]
@@ -102,7 +102,7 @@ def test_served_name_rewrite_both_ways(stack):
 
 def test_stream_is_not_buffered(stack):
     """The first event reaches the client while the backend is still generating."""
-    router, client, a, b = stack
+    _router, client, a, b = stack
     for s in (a, b):
         s.behavior.chunk_delay_s = 0.4
         s.behavior.chunks = 6

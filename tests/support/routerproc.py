@@ -88,7 +88,8 @@ class RouterProc:
     def start(self, timeout: float = 60.0) -> RouterProc:
         if self.server == "uvicorn":
             cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(self.port),
-                   "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "5"]
+                   "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "5",
+                   "--no-proxy-headers"]  # as runnode: the router alone reads X-Forwarded-For
         else:
             cmd = [PY, "-m", "daphne", "-p", str(self.port), "config.asgi:application"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log_path.open("ab"),

@@ -57,7 +57,10 @@ class Command(BaseCommand):
         if opts["server"] == "uvicorn":
             web = [py, "-m", "uvicorn", "config.asgi:application", "--host", opts["host"], "--port", str(opts["port"]),
                    "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
-                   "--timeout-graceful-shutdown", "30"]
+                   "--timeout-graceful-shutdown", "30",
+                   # The client IP is ours to derive (server.trusted_proxies); uvicorn
+                   # would otherwise rewrite the peer from X-Forwarded-For sent via 127.0.0.1.
+                   "--no-proxy-headers"]
             if opts["workers"] > 1:
                 web += ["--workers", str(opts["workers"])]
         else:
