@@ -205,7 +205,8 @@ class Runtime:
         except ImportError:
             return None
         if self.limiter is None or getattr(self.limiter, "scope", None) != snap.rate_limit_scope:
-            self.limiter = make_limiter(snap.rate_limit_scope)
+            options = {"prefix": settings.ROUTER_REDIS_PREFIX + "ratelimit:"} if snap.rate_limit_scope == "cluster" else {}
+            self.limiter = make_limiter(snap.rate_limit_scope, **options)
         return KeyGate(snap.keyring, snap.api_keys_mode, self.limiter)
 
     # -- background ------------------------------------------------------
