@@ -1,4 +1,10 @@
-"""/v1/models: the names this router serves, as the caller's key may see them."""
+"""/v1/models: the names this router serves, as the caller's key may see them.
+
+The list is the key's allowlist ∩ published names (names and aliases gated
+independently; an empty allowlist sees all). Retrieving one name follows the
+same rules as using it: unknown → 404 model_not_found, known but outside the
+key's allowlist → 403 model_not_allowed.
+"""
 
 from __future__ import annotations
 
@@ -16,41 +22,46 @@ def _model(name: str, created: int) -> dict:
     return {"id": name, "object": "model", "created": created, "owned_by": "router"}
 
 
-async def _visible(request: HttpRequest) -> tuple[list[str], int]:
+async def _caller(request: HttpRequest):
+    """(snapshot, gate, key) for this request; the gate may refuse it."""
     rt = get_runtime()
     if not rt.ready:
         await rt.start()
         if not await rt.wait_ready(10.0):
             raise NotReady()
     snap = rt.snapshot
-    names = snap.model_names()
-    if rt.gate is not None:
+    gate, key = rt.gate, None
+    if gate is not None:
         headers = _headers(request)
-        peer = _peer(request)
-        client_ip = peer
+        client_ip = _peer(request)
         if snap.trusted_proxies:
             from keys.clientip import client_ip as resolve_ip
 
-            client_ip = resolve_ip(peer, headers.get("x-forwarded-for"), snap.trusted_proxies)
-        key = await rt.gate.admit(headers, client_ip, time.time())
-        names = rt.gate.visible(key, names)
-    return names, snap.created
+            client_ip = resolve_ip(client_ip, headers.get("x-forwarded-for"), snap.trusted_proxies)
+        key = await gate.admit(headers, client_ip, time.time())
+    return snap, gate, key
 
 
 async def list_models(request: HttpRequest) -> HttpResponse:
     try:
-        names, created = await _visible(request)
+        snap, gate, key = await _caller(request)
     except RouterError as exc:
         return error_response(exc)
-    body = {"object": "list", "data": [_model(n, created) for n in names]}
+    names = snap.model_names()
+    if gate is not None:
+        names = gate.visible(key, names)
+    body = {"object": "list", "data": [_model(n, snap.created) for n in names]}
     return HttpResponse(orjson.dumps(body), content_type="application/json")
 
 
 async def get_model(request: HttpRequest, model_id: str) -> HttpResponse:
     try:
-        names, created = await _visible(request)
-        if model_id not in names:
+        snap, gate, key = await _caller(request)
+        known = snap.known(model_id)
+        if gate is not None:
+            gate.check_model(key, model_id, known=known)
+        elif not known:
             raise ModelNotFound(f"The model '{model_id}' does not exist.", param="model")
     except RouterError as exc:
         return error_response(exc)
-    return HttpResponse(orjson.dumps(_model(model_id, created)), content_type="application/json")
+    return HttpResponse(orjson.dumps(_model(model_id, snap.created)), content_type="application/json")

@@ -246,6 +246,12 @@ def test_models_list_is_filtered_and_aliases_are_gated_independently(router):
     assert chat(router, only_alias, model="m-alias").status_code == 200
     assert code(chat(router, only_alias, model="m")) == (403, "model_not_allowed")
     assert code(chat(router, only_alias, model="not-published")) == (404, "model_not_found")
+    # Retrieving a name follows the same rules as using it.
+    with pytest.raises(openai.PermissionDeniedError) as err:
+        sdk(router, only_alias).models.retrieve("m")
+    assert err.value.body["code"] == "model_not_allowed"
+    with pytest.raises(openai.NotFoundError):
+        sdk(router, only_alias).models.retrieve("not-published")
 
 
 def test_empty_allowlist_means_every_model(router):
