@@ -56,7 +56,7 @@ def test_create_issues_distinct_keys():
 )
 def test_create_rejects_bad_ips_with_a_clear_message(bad):
     with pytest.raises(
-        ValueError, match="allowed_client_ips.*not an IP address or CIDR"
+        ValueError, match=r"allowed_client_ips.*not an IP address or CIDR"
     ):
         key_create(name="x", allowed_client_ips=["10.0.0.1", bad])
     assert not ApiKey.objects.exists()
