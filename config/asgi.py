@@ -16,10 +16,14 @@ from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
 from config.lean import LeanASGIHandler  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 
 lean_app = LeanASGIHandler()
+# The admin's CSS/JS (operators only; /v1 never goes through this).
+static_app = ASGIStaticFilesHandler(django_app)
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 
 
@@ -32,6 +36,8 @@ async def application(scope, receive, send):
         path = scope["path"]
         if path.startswith("/v1/") or path in LEAN_PATHS:
             await lean_app(scope, receive, send)
+        elif path.startswith("/static/"):
+            await static_app(scope, receive, send)
         else:
             await django_app(scope, receive, send)
     elif kind == "lifespan":

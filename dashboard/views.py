@@ -1,7 +1,76 @@
+"""Operator dashboard views (OPS-1): thin — read sections, render.
+
+Staff only (`staff_member_required` sends everyone else to /admin/login/).
+Every page is a list of live sections (dashboard.sections); `live_json`
+serves the same sections as data plus their re-rendered HTML, which the
+page's inline script swaps in every 2 s.
+"""
+
+from __future__ import annotations
+
+import orjson
 from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+
+from . import mirror
+from .sections import PAGES, SECTIONS, Page, Reading, render_sections
+from .selectors import iso
+
+POLL_MS = 2000
+
+
+def _nav() -> list[dict]:
+    have = mirror.available()
+    return [
+        {"slug": p.slug, "title": p.title, "url": reverse(f"dashboard:{p.slug}")}
+        for p in PAGES
+        if p.needs is None or have.get(p.needs)
+    ]
+
+
+def _page(request: HttpRequest, page: Page) -> HttpResponse:
+    sections = render_sections(page.sections)
+    # An appproxy page whose models (or tables) are missing renders no section.
+    available = page.needs is None or any(s["data"] is not None for s in sections.values())
+    return render(
+        request,
+        "dashboard/page.html",
+        {
+            "page": page,
+            "nav": _nav(),
+            "available": available,
+            "sections": sections,
+            "poll_ms": POLL_MS,
+        },
+    )
+
+
+def _view(page: Page):
+    @staff_member_required
+    @never_cache
+    def view(request: HttpRequest) -> HttpResponse:
+        return _page(request, page)
+
+    view.__name__ = f"{page.slug}_view"
+    return view
+
+
+PAGE_VIEWS = {page.slug: _view(page) for page in PAGES}
 
 
 @staff_member_required
-def index(request):
-    return render(request, "dashboard/index.html", {})
+@never_cache
+def live_json(request: HttpRequest) -> HttpResponse:
+    """`?sections=a,b` (default: all) → {"generated_at", "revision", "sections"}."""
+    wanted = [s for s in request.GET.get("sections", "").split(",") if s] or list(SECTIONS)
+    reading = Reading()
+    body = {
+        "generated_at": iso(timezone.now()),
+        "revision": reading.view.snapshot.revision,
+        "sections": render_sections(wanted, reading),
+    }
+    return HttpResponse(orjson.dumps(body), content_type="application/json")

@@ -1,0 +1,103 @@
+"""The dashboard's live sections: one name → one loader and one partial.
+
+A page is a list of section names. The page renders each partial once; the
+inline script then polls `/dashboard/live.json?sections=…` every 2 s and
+swaps in the re-rendered partials. Both paths call the same loader and the
+same template, so the first paint and the live refresh are identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
+
+from router.runtime import Runtime, get_runtime
+
+from . import mirror, recent, selectors
+
+
+class Reading:
+    """What one request reads, each part at most once (sections share rows)."""
+
+    def __init__(self, rt: Runtime | None = None) -> None:
+        self.rt = rt or get_runtime()
+
+    @cached_property
+    def view(self) -> selectors.RoutingView:
+        return selectors.routing_view(self.rt)
+
+    @cached_property
+    def backends(self) -> list[dict[str, Any]]:
+        return selectors.backend_rows(self.rt, self.view)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    name: str
+    title: str
+    load: Callable[[Reading], Any]
+
+    @property
+    def template(self) -> str:
+        return f"dashboard/sections/{self.name}.html"
+
+
+SECTIONS: dict[str, Section] = {
+    s.name: s
+    for s in (
+        Section("node", "Node", lambda r: selectors.node_facts(r.rt, r.view, r.backends)),
+        Section("workers", "AppProxy worker", lambda r: mirror.worker_rows()),
+        Section("backends", "Backends", lambda r: r.backends),
+        Section(
+            "models",
+            "Models and aliases",
+            lambda r: {
+                "models": selectors.model_rows(r.backends, r.view),
+                "fallback_chains": selectors.fallback_rows(r.view),
+            },
+        ),
+        Section("circuits", "Circuits and routes", lambda r: mirror.circuit_rows()),
+        Section("publications", "Publications", lambda r: mirror.publication_rows()),
+        Section("keys", "API keys", lambda r: selectors.key_rows()),
+        Section("recent", "Recent requests", lambda r: recent.recent_requests()),
+        Section("events", "Recent events", lambda r: mirror.event_rows()),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    slug: str
+    title: str
+    sections: tuple[str, ...]
+    needs: str | None = None  # an appproxy model the page is about
+
+
+PAGES: tuple[Page, ...] = (
+    Page("overview", "Overview", ("node", "workers")),
+    Page("backends", "Backends", ("backends",)),
+    Page("models", "Models", ("models",)),
+    Page("circuits", "Circuits", ("circuits", "publications"), needs="Circuit"),
+    Page("keys", "Keys", ("keys",)),
+    Page("requests", "Requests", ("recent",)),
+    Page("events", "Events", ("events",), needs="EventRecord"),
+)
+
+
+def render_sections(names: Iterable[str], reading: Reading | None = None) -> dict[str, dict[str, Any]]:
+    """{name: {"title", "data", "html"}} for the known names, in order."""
+    reading = reading or Reading()
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        section = SECTIONS.get(name)
+        if section is None or name in out:
+            continue
+        data = section.load(reading)
+        html = mark_safe(render_to_string(section.template, {"data": data, "section": section}).strip())
+        out[name] = {"title": section.title, "data": data, "html": html}
+    return out

@@ -1,0 +1,216 @@
+"""Reads for the operator dashboard: the routing view of *this* web process.
+
+Invariants:
+- Every function returns plain JSON-able data (str, int, float, bool, None,
+  lists, dicts); the HTML partials and `/dashboard/live.json` render the same
+  rows, so the page and the live feed never disagree.
+- The routing facts come from the process's live snapshot (what actually
+  serves traffic). A process whose runtime has not loaded (WSGI, tests, a
+  failed first load) compiles the snapshot from the DB mirror instead, and
+  says so (`snapshot_source`).
+- Runtime states are only *read* here (`StateTable.peek`): the dashboard
+  runs in a worker thread and must never create or mutate a BackendState.
+- No secret leaves this module: backend api keys, key hashes and headers are
+  never copied into a row.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from router.core.backend import NORMALIZED_KINDS
+from router.core.health import BackendState
+from router.core.snapshot import EMPTY, Snapshot
+from router.runtime import Runtime
+
+_IDLE = BackendState()
+
+
+def iso(value: datetime | float | None) -> str | None:
+    """UTC ISO-8601 with second precision (`2025-01-31T12:00:03Z`)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        value = datetime.fromtimestamp(value, tz=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rounded(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingView:
+    snapshot: Snapshot
+    source: str  # "live" | "db" | "unavailable"
+    error: str | None = None
+
+
+def routing_view(rt: Runtime) -> RoutingView:
+    """The snapshot to show: the live one, else one compiled from the DB."""
+    if rt.ready:
+        return RoutingView(rt.snapshot, "live")
+    from router.selectors import compile_snapshot
+
+    try:
+        return RoutingView(compile_snapshot(), "db")
+    except Exception as exc:  # a broken mirror must not take the dashboard down
+        return RoutingView(EMPTY, "unavailable", f"{type(exc).__name__}: {exc}")
+
+
+def _state(rt: Runtime, view: RoutingView, name: str) -> BackendState:
+    if view.source != "live":
+        return _IDLE
+    return rt.states.peek(name) or _IDLE
+
+
+def health_label(state: BackendState, now: float) -> tuple[str, float | None]:
+    """('healthy' | 'trial' | 'breaker_open' | 'probe_failing', seconds to the trial).
+
+    `trial`: the breaker is open but its cooldown has elapsed, so the next
+    request is admitted as the half-open trial (usable, not yet healthy).
+    """
+    if not state.probe_healthy:
+        return "probe_failing", None
+    if state.open_until is None:
+        return "healthy", None
+    if state.usable(now):
+        return "trial", None
+    return "breaker_open", (None if state.trial else round(max(state.open_until - now, 0.0), 1))
+
+
+def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:
+    now = time.monotonic()
+    rows = []
+    for spec in sorted(view.snapshot.backends.values(), key=lambda s: (s.source, s.name)):
+        state = _state(rt, view, spec.name)
+        health, retry_in = health_label(state, now)
+        rows.append(
+            {
+                "name": spec.name,
+                "source": spec.source,
+                "kind": spec.kind,
+                "path": "normalized" if spec.kind in NORMALIZED_KINDS else "passthrough",
+                "url": spec.url,
+                "models": list(spec.models),
+                "served_model": spec.served_model,
+                "weight": spec.weight,
+                "capacity": spec.capacity,
+                "priority": spec.priority,
+                "healthy": state.usable(now),
+                "health": health,
+                "probe_healthy": state.probe_healthy,
+                "breaker": state.breaker,
+                "breaker_retry_s": retry_in,
+                "in_flight": state.in_flight,
+                "ewma_ms": rounded(state.ewma_ms),
+                "requests": state.total,
+                "failures": state.failures,
+            }
+        )
+    return rows
+
+
+def model_rows(backends: list[dict[str, Any]], view: RoutingView) -> list[dict[str, Any]]:
+    """Every client-facing name (aliases are more names) → its backends."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for row in backends:
+        for name in row["models"]:
+            by_model.setdefault(name, []).append(
+                {"name": row["name"], "healthy": row["healthy"], "health": row["health"]}
+            )
+    chains = view.snapshot.fallback_chains
+    rows = []
+    for name in sorted(by_model):
+        members = by_model[name]
+        rows.append(
+            {
+                "name": name,
+                "backends": members,
+                "usable": sum(1 for m in members if m["healthy"]),
+                "total": len(members),
+                "fallback": list(chains.get(name, ())),
+            }
+        )
+    return rows
+
+
+def fallback_rows(view: RoutingView) -> list[dict[str, Any]]:
+    known = view.snapshot.by_model
+    return [
+        {"model": model, "known": model in known, "chain": [{"name": m, "known": m in known} for m in chain]}
+        for model, chain in sorted(view.snapshot.fallback_chains.items())
+    ]
+
+
+def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -> dict[str, Any]:
+    from router.ops import readiness
+    from router.revision import current_revision
+
+    ready, checks = readiness()
+    snap = view.snapshot
+    return {
+        "ready": ready,
+        "checks": {str(k): bool(v) for k, v in checks.items()},
+        "snapshot_source": view.source,
+        "snapshot_error": view.error,
+        "revision": snap.revision,
+        "db_revision": current_revision(),
+        "strategy": snap.strategy,
+        "api_keys_mode": snap.api_keys_mode,
+        "rate_limit_scope": snap.rate_limit_scope,
+        "started_at": iso(rt.started_at),
+        "uptime_s": round(time.time() - rt.started_at, 1),
+        "last_error": rt.last_error,
+        "waiting": rt.waiting,
+        "backends_total": len(backends),
+        "backends_healthy": sum(1 for b in backends if b["health"] == "healthy"),
+        "in_flight": sum(b["in_flight"] for b in backends),
+        "models_total": len(snap.by_model),
+    }
+
+
+def key_rows() -> list[dict[str, Any]]:
+    """Masked fields only: never `key_hash`, never a plaintext."""
+    from keys.selectors import key_list
+
+    now = timezone.now()
+    fields = (
+        "pk",
+        "name",
+        "owner",
+        "source",
+        "key_id",
+        "hint",
+        "allowed_models",
+        "expires_at",
+        "rate_limit",
+        "allowed_client_ips",
+        "revoked_at",
+        "created_at",
+    )
+    rows = []
+    for key in key_list().only(*fields):
+        rows.append(
+            {
+                "id": key.pk,
+                "name": key.name,
+                "owner": key.owner,
+                "source": key.source,
+                "hint": key.display_hint,
+                "models": list(key.allowed_models or []),
+                "client_ips": list(key.allowed_client_ips or []),
+                "expires_at": iso(key.expires_at),
+                "expired": key.expires_at is not None and key.expires_at <= now,
+                "rate_limit": key.rate_limit,
+                "revoked": key.revoked_at is not None,
+                "revoked_at": iso(key.revoked_at),
+                "created_at": iso(key.created_at),
+            }
+        )
+    return rows

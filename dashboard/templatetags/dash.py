@@ -1,0 +1,72 @@
+"""Display filters for the dashboard partials (numbers, times, durations)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+
+register = template.Library()
+
+NONE = "—"
+
+
+@register.filter
+def ms(value) -> str:
+    """12.3 → '12.3 ms', 1534.0 → '1.53 s', None → '—'."""
+    if value is None or value == "":
+        return NONE
+    value = float(value)
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    return f"{value:.1f} ms"
+
+
+@register.filter
+def when(value) -> str:
+    """An ISO-8601 UTC string → 'YYYY-MM-DD HH:MM:SS'."""
+    if not value:
+        return NONE
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return str(value)
+
+
+@register.filter
+def clock(value) -> str:
+    """An ISO-8601 UTC string → 'HH:MM:SS' (for dense tables)."""
+    if not value:
+        return NONE
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).strftime("%H:%M:%S")
+    except ValueError:
+        return str(value)
+
+
+@register.filter
+def duration(seconds) -> str:
+    """3725 → '1h 2m', 42.5 → '42s', None → '—'."""
+    if seconds is None or seconds == "":
+        return NONE
+    s = int(float(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {s}s"
+    return f"{s}s"
+
+
+@register.filter
+def orblank(value) -> str:
+    """None / '' / [] → '—'; lists joined with ', '."""
+    if value is None or value == "" or value == []:
+        return NONE
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
