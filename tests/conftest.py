@@ -8,19 +8,22 @@ from router.demo import ollama_backend, openai_backend
 from tests.support.routerproc import RouterProc
 
 
-@pytest.fixture
-def openai_backends(request):
-    """Factory: start N fake OpenAI-compatible backends; stopped after the test."""
+def _fake_factory(module, default_models):
+    """Factory fixture body: start fakes of one kind; all stopped after the test."""
     started = []
 
-    def make(*names: str, models=("m",)):
-        servers = []
-        for name in names:
-            server = openai_backend.server_thread(name, list(models)).start()
-            started.append(server)
-            servers.append(server)
+    def make(*names: str, models=default_models):
+        servers = [module.server_thread(name, list(models)).start() for name in names]
+        started.extend(servers)
         return servers
 
+    return make, started
+
+
+@pytest.fixture
+def openai_backends():
+    """Factory: start N fake OpenAI-compatible backends; stopped after the test."""
+    make, started = _fake_factory(openai_backend, ("m",))
     yield make
     for server in started:
         server.stop()
@@ -28,16 +31,8 @@ def openai_backends(request):
 
 @pytest.fixture
 def ollama_servers():
-    started = []
-
-    def make(*names: str, models=("llama3.2",)):
-        servers = []
-        for name in names:
-            server = ollama_backend.server_thread(name, list(models)).start()
-            started.append(server)
-            servers.append(server)
-        return servers
-
+    """Factory: start N fake Ollama servers; stopped after the test."""
+    make, started = _fake_factory(ollama_backend, ("llama3.2",))
     yield make
     for server in started:
         server.stop()

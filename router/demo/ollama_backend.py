@@ -20,7 +20,6 @@ JSON text; `tools` plus a user message mentioning "weather" yields
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import time
 from typing import Any
@@ -36,14 +35,15 @@ from .server import (
     Recorded,
     ServerThread,
     StreamWriter,
+    cli,
     count_tokens,
     embedding_vector,
     last_user_text,
     messages_text,
     reply_pieces,
-    run_cli,
     schema_example,
     split_text,
+    thread_for,
     tool_arguments,
 )
 
@@ -490,35 +490,11 @@ def server_thread(
     behavior: Behavior | None = None,
 ) -> ServerThread:
     """A (not yet started) `ServerThread` serving this fake; use `with` or `.start()`."""
-    model_list = list(models)
-    return ServerThread(
-        lambda b, reqs: make_app(name, model_list, b, reqs),
-        host=host,
-        port=port,
-        behavior=behavior,
-    )
+    return thread_for(make_app, name, models, port=port, host=host, behavior=behavior)
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m router.demo.ollama_backend", description=__doc__.split("\n")[0])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=11434)
-    p.add_argument("--name", default="demo-ollama")
-    p.add_argument("--models", default="llama3.2,qwen3", help="comma-separated model names")
-    p.add_argument("--chunks", type=int, default=5, help="content pieces per reply")
-    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream lines")
-    p.add_argument("--quiet", action="store_true", help="no banner, no access log")
-    a = p.parse_args(argv)
-    behavior = Behavior(chunks=a.chunks, chunk_delay_s=a.chunk_delay)
-    models = [m.strip() for m in a.models.split(",") if m.strip()]
-    app = make_app(a.name, models, behavior, None)
-    run_cli(
-        app,
-        a.host,
-        a.port,
-        quiet=a.quiet,
-        banner=f"fake Ollama backend {a.name!r} ({', '.join(models)})",
-    )
+    cli(make_app, argv, prog="python -m router.demo.ollama_backend", what="fake Ollama backend", port=11434, name="demo-ollama", models="llama3.2,qwen3")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ the reply's piece count truncate it (`finish_reason: "length"`).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import struct
 import time
@@ -37,13 +36,14 @@ from .server import (
     Recorded,
     ServerThread,
     StreamWriter,
+    cli,
     count_tokens,
     embedding_vector,
     last_user_text,
     messages_text,
     reply_pieces,
-    run_cli,
     split_text,
+    thread_for,
     tool_arguments,
 )
 
@@ -686,35 +686,11 @@ def server_thread(
     behavior: Behavior | None = None,
 ) -> ServerThread:
     """A (not yet started) `ServerThread` serving this fake; use `with` or `.start()`."""
-    model_list = list(models)
-    return ServerThread(
-        lambda b, reqs: make_app(name, model_list, b, reqs),
-        host=host,
-        port=port,
-        behavior=behavior,
-    )
+    return thread_for(make_app, name, models, port=port, host=host, behavior=behavior)
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m router.demo.openai_backend", description=__doc__.split("\n")[0])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8001)
-    p.add_argument("--name", default="demo-a")
-    p.add_argument("--models", default="demo,demo-mini", help="comma-separated model names")
-    p.add_argument("--chunks", type=int, default=5, help="content pieces per reply")
-    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream frames")
-    p.add_argument("--quiet", action="store_true", help="no banner, no access log")
-    a = p.parse_args(argv)
-    behavior = Behavior(chunks=a.chunks, chunk_delay_s=a.chunk_delay)
-    models = [m.strip() for m in a.models.split(",") if m.strip()]
-    app = make_app(a.name, models, behavior, None)
-    run_cli(
-        app,
-        a.host,
-        a.port,
-        quiet=a.quiet,
-        banner=f"fake OpenAI backend {a.name!r} ({', '.join(models)})",
-    )
+    cli(make_app, argv, prog="python -m router.demo.openai_backend", what="fake OpenAI backend", port=8001, name="demo-a", models="demo,demo-mini")
 
 
 if __name__ == "__main__":

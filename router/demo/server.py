@@ -633,3 +633,34 @@ class ServerThread:
         await runner.cleanup()
         self._runner = None
         self._sites = []
+
+
+MakeApp = Callable[[str, list[str], "Behavior | None", "list[Recorded] | None"], web.Application]
+
+
+def thread_for(
+    make_app: MakeApp, name: str, models: list[str] | tuple[str, ...], *, port: int = 0,
+    host: str = "127.0.0.1", behavior: Behavior | None = None,
+) -> ServerThread:
+    """A (not yet started) `ServerThread` serving one fake; use `with` or `.start()`."""
+    model_list = list(models)
+    return ServerThread(lambda b, reqs: make_app(name, model_list, b, reqs), host=host, port=port, behavior=behavior)
+
+
+def cli(make_app: MakeApp, argv: list[str] | None, *, prog: str, what: str, port: int, name: str, models: str) -> None:
+    """The `python -m router.demo.<fake>` command line shared by both fakes."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=prog, description=f"Run a {what} on loopback.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=port)
+    p.add_argument("--name", default=name)
+    p.add_argument("--models", default=models, help="comma-separated model names")
+    p.add_argument("--chunks", type=int, default=5, help="content pieces per reply")
+    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream frames")
+    p.add_argument("--quiet", action="store_true", help="no banner, no access log")
+    a = p.parse_args(argv)
+    behavior = Behavior(chunks=a.chunks, chunk_delay_s=a.chunk_delay)
+    names = [m.strip() for m in a.models.split(",") if m.strip()]
+    app = make_app(a.name, names, behavior, None)
+    run_cli(app, a.host, a.port, quiet=a.quiet, banner=f"{what} {a.name!r} ({', '.join(names)})")
