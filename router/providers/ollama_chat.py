@@ -17,6 +17,7 @@ from router.providers.ollama_common import (
     boolean,
     choose_tools,
     finish_reason,
+    function_tools,
     image_data,
     integer,
     json_format,
@@ -112,20 +113,8 @@ def _check_conditionals(body: dict) -> None:
 
 
 def _tools(body: dict, ledger: Ledger) -> list[dict]:
-    raw = body.get("tools")
-    if raw is None:
-        raw = []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be a list.", param="tools")
     tools = []
-    for i, tool in enumerate(raw):
-        param = f"tools[{i}]"
-        tool = require_object(tool, param)
-        if tool.get("type") != "function":
-            raise UnsupportedParameter(
-                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.",
-                param=param,
-            )
+    for param, tool in function_tools(body):
         fn = require_object(tool.get("function"), f"{param}.function")
         for key in sorted(fn.keys() - {"name", "description", "parameters"}):
             ledger.ignore(f"tools[].function.{key}", "Ollama has no equivalent")

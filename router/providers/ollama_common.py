@@ -354,3 +354,23 @@ def sse(obj: dict) -> bytes:
 
 def sse_event(kind: str, obj: dict) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+def function_tools(body: dict) -> list[tuple[str, dict]]:
+    """`(param, tool)` for each entry of `tools`, which must all be function tools."""
+    raw = body.get("tools")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidRequest("'tools' must be a list.", param="tools")
+    out = []
+    for i, tool in enumerate(raw):
+        param = f"tools[{i}]"
+        tool = require_object(tool, param)
+        if tool.get("type") != "function":
+            raise UnsupportedParameter(
+                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.",
+                param=param,
+            )
+        out.append((param, tool))
+    return out

@@ -19,6 +19,7 @@ from router.providers.ollama_common import (
     arguments_object,
     boolean,
     choose_tools,
+    function_tools,
     image_data,
     integer,
     json_format,
@@ -106,20 +107,8 @@ def _check_conditionals(body: dict, ledger: Ledger) -> None:
 
 
 def _tools(body: dict, ledger: Ledger) -> list[dict]:
-    raw = body.get("tools")
-    if raw is None:
-        raw = []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be a list.", param="tools")
     tools = []
-    for i, tool in enumerate(raw):
-        param = f"tools[{i}]"
-        tool = require_object(tool, param)
-        if tool.get("type") != "function":
-            raise UnsupportedParameter(
-                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.",
-                param=param,
-            )
+    for param, tool in function_tools(body):
         for key in sorted(tool.keys() - {"type", "name", "description", "parameters"}):
             ledger.ignore(f"tools[].{key}", "Ollama has no equivalent")
         tools.append(ollama_tool(tool.get("name"), tool.get("description"), tool.get("parameters"), param))
