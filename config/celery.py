@@ -10,7 +10,14 @@ app = Celery("router")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# Tasks act on their own node (its config, DB and registration), so nodes that
+# share one Redis (distinct ROUTER_REDIS_PREFIX) must not share a task queue.
+app.conf.task_default_queue = os.environ.get("ROUTER_REDIS_PREFIX", "router:") + "tasks"
+
 app.conf.beat_schedule = {
     # The task probes only the backends whose `health.interval` has elapsed.
     "router-probe-backends": {"task": "router.probe_backends", "schedule": 2.0, "options": {"expires": 5}},
+    # AppProxy worker: decides each second what is due (register, heartbeat
+    # every heartbeat_period, pull every reconcile_interval; appproxy/tasks.py).
+    "appproxy-tick": {"task": "appproxy.tick", "schedule": 1.0, "options": {"expires": 1.0}},
 }

@@ -41,10 +41,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before "channels": its `runworker appproxy` override must win.
+    "appproxy",
     "channels",
     "router",
     "keys",
-    "appproxy",
     "dashboard",
 ]
 

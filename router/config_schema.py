@@ -124,6 +124,15 @@ class RouterFile(_Strict):
     appproxy: dict[str, Any] | None = None
     appproxy_router: dict[str, Any] | None = None
 
+    @field_validator("appproxy")
+    @classmethod
+    def _appproxy(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            from appproxy.config import validate_section  # the appproxy app owns its schema
+
+            validate_section(v)
+        return v
+
     @model_validator(mode="after")
     def _unique(self) -> RouterFile:
         seen: set[str] = set()

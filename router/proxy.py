@@ -93,7 +93,10 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
             if target is not None:
                 model, pinned = target, True
         known = pinned or snap.known(model)
-        gate = rt.gate
+        # A circuit host is governed by its circuit's own access rules (public,
+        # or the circuit JWT in Authorization, plus its IP list); the key gate
+        # governs every other host (docs/appproxy.md "API keys and circuits").
+        gate = None if pinned else rt.gate
         key = None
         if gate is not None:
             key = await gate.admit(env.headers, env.client_ip, time.time())

@@ -1,0 +1,160 @@
+"""The coordinator's worker-facing REST API (reference §1), synchronous.
+
+Invariants:
+- Every call carries ``X-BackendAI-Token: <api_secret>`` and a fresh
+  ``X-BackendAI-RequestID`` (uuid4), as the stock worker does.
+- httpx errors are translated at this boundary: connect errors, timeouts and
+  5xx become ``CoordinatorUnavailable`` (retry with backoff); 404 on a worker
+  path becomes ``WorkerNotFound`` (register again); any other non-2xx is a
+  ``CoordinatorError``. No message ever contains the secret (the header is
+  never formatted; only method, path, status and the coordinator's title).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import orjson
+
+from router.core.secret import Secret
+
+from .wire import Circuit, WorkerInfo, WorkerRegistration, parse_circuits
+
+__all__ = [
+    "CoordinatorClient",
+    "CoordinatorError",
+    "CoordinatorUnavailable",
+    "WorkerNotFound",
+]
+
+
+class CoordinatorError(Exception):
+    """A refused call (4xx other than a missing worker, or a bad answer)."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class CoordinatorUnavailable(CoordinatorError):
+    """Unreachable, timed out, or 5xx: try again later."""
+
+
+class WorkerNotFound(CoordinatorError):
+    """The coordinator does not know our worker id (any more)."""
+
+
+def _describe(response: httpx.Response) -> tuple[str, str | None]:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.reason_phrase or "error", None
+    if not isinstance(body, dict):
+        return response.reason_phrase or "error", None
+    title = " ".join(str(body[k]) for k in ("title", "msg") if body.get(k))
+    return title or response.reason_phrase or "error", body.get("error_code")
+
+
+class CoordinatorClient:
+    def __init__(
+        self,
+        base_url: str,
+        api_secret: Secret,
+        *,
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not api_secret:
+            raise ValueError("api_secret is required")
+        self._secret = api_secret
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
+            transport=transport,
+            trust_env=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"<CoordinatorClient {self._http.base_url}>"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> CoordinatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport ---------------------------------------------------------
+    def _call(self, method: str, path: str, body: Any = None, *, worker_path: bool = False) -> Any:
+        headers = {
+            "X-BackendAI-Token": self._secret.reveal(),
+            "X-BackendAI-RequestID": str(uuid.uuid4()),
+            "Accept": "application/json",
+        }
+        content = None
+        if body is not None:
+            content = orjson.dumps(body)
+            headers["Content-Type"] = "application/json"
+        try:
+            response = self._http.request(method, path, content=content, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise CoordinatorUnavailable(f"{method} {path}: timed out") from exc
+        except httpx.HTTPError as exc:
+            raise CoordinatorUnavailable(f"{method} {path}: {type(exc).__name__}") from exc
+        if response.status_code == 200:
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise CoordinatorError(f"{method} {path}: the answer is not JSON", status=200) from exc
+        title, code = _describe(response)
+        message = f"{method} {path}: {response.status_code} {title}"
+        if response.status_code == 404 and worker_path:
+            raise WorkerNotFound(message, status=404, code=code)
+        if response.status_code >= 500:
+            raise CoordinatorUnavailable(message, status=response.status_code, code=code)
+        raise CoordinatorError(message, status=response.status_code, code=code)
+
+    # -- the worker API ----------------------------------------------------
+    def register(self, registration: WorkerRegistration) -> WorkerInfo:
+        """``PUT /api/worker``: registers, or re-registers the same authority."""
+        data = self._call("PUT", "/api/worker", registration.to_body())
+        try:
+            return WorkerInfo.model_validate(data)
+        except ValueError as exc:
+            raise CoordinatorError("PUT /api/worker: the answer has no worker id") from exc
+
+    def heartbeat(self, worker_id: str) -> WorkerInfo | None:
+        """``PATCH /api/worker/{id}``; ``WorkerNotFound`` means register again."""
+        data = self._call("PATCH", f"/api/worker/{worker_id}", worker_path=True)
+        try:
+            return WorkerInfo.model_validate(data)
+        except ValueError:
+            return None
+
+    def deregister(self, worker_id: str) -> None:
+        self._call("DELETE", f"/api/worker/{worker_id}", worker_path=True)
+
+    def circuits(self, worker_id: str) -> tuple[list[Circuit], set[str], list[str]]:
+        """Every circuit of the worker: (parsed, ids of items that failed to
+        parse, errors). A failed item is kept as it was in the mirror rather
+        than removed, so one odd circuit never tears down a working one."""
+        data = self._call("GET", f"/api/worker/{worker_id}/circuits", worker_path=True)
+        items = data.get("circuits") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise CoordinatorError(f"GET /api/worker/{worker_id}/circuits: no 'circuits' list")
+        good: list[Circuit] = []
+        failed: set[str] = set()
+        errors: list[str] = []
+        for item in items:
+            parsed, problems = parse_circuits([item])
+            good.extend(parsed)
+            if problems:
+                errors.extend(problems)
+                if isinstance(item, dict) and item.get("id") is not None:
+                    failed.add(str(item["id"]).lower())
+        return good, failed, errors

@@ -1,0 +1,316 @@
+"""The ``appproxy`` section of the router YAML (seed §7), validated here.
+
+Invariants:
+- Unknown keys are rejected with their path (``appproxy.heartbeat_perid``);
+  every message names the key and a fix, and never echoes a value (a value
+  could be a secret).
+- ``api_secret`` and ``jwt_secret`` become ``router.core.secret.Secret``:
+  their repr/str is ``***``; ``${ENV}`` was interpolated by the router loader.
+- Durations accept ``"10s"``, ``"500ms"``, ``"1m"``, ``"1h"`` or a number of
+  seconds; they must be positive.
+- Only the wildcard frontend mode exists (seed §11: PORT mode needs dynamic
+  listeners); ``wildcard_domain`` is normalised to a lower-case name with one
+  leading dot (``*.x`` and ``x`` are accepted).
+- ``load_settings()`` reads the operator's YAML file (the source of truth for
+  the tasks and events processes, which never wait for a web process),
+  re-parsing only when the file changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import threading
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from router.core.secret import Secret
+
+from .envelope import CHANNEL, Format
+
+__all__ = [
+    "AppProxySettings",
+    "load_settings",
+    "parse_duration",
+    "parse_section",
+    "validate_section",
+]
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``"10s"``, ``"500ms"``, ``"1m"``, ``"1h"`` or a number."""
+    if isinstance(value, bool):
+        raise ValueError("must be a duration such as '10s', '500ms' or a number of seconds")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ValueError("must be a duration such as '10s', '500ms', '1m' or a number of seconds")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    else:
+        raise ValueError("must be a duration such as '10s', '500ms' or a number of seconds")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("must be a positive duration")
+    return seconds
+
+
+def _secret(value: Any) -> Any:
+    if value is None:
+        return Secret("")
+    if isinstance(value, Secret):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a string (use ${ENV_VAR} to read it from the environment)")
+    return Secret(value)
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+SecretValue = Annotated[Secret, BeforeValidator(_secret), PlainSerializer(lambda _: "***", return_type=str)]
+
+
+def _host(value: str) -> str:
+    """Lower-case, without a port or a trailing dot."""
+    host = value.strip().lower().rstrip(".")
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    name, sep, port = host.rpartition(":")
+    if sep and port.isdigit() and ":" not in name:
+        host = name
+    return host
+
+
+class AppProxySettings(BaseModel):
+    """One validated ``appproxy`` section. Secrets never print."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    # Empty = not set; required when enabled (checked below).
+    enabled: bool = False
+    coordinator_url: str = ""
+    api_secret: SecretValue = Secret("")  # X-BackendAI-Token
+    jwt_secret: SecretValue = Secret("")  # HS256 key of private circuits' tokens
+    redis_url: str | None = None  # the event bus; None = the node's REDIS_URL
+    authority: str = ""
+    hostname: str = ""
+    frontend_mode: str = "wildcard"
+    wildcard_domain: str = ""
+    aggregation_hosts: tuple[str, ...] = ()
+    wildcard_traffic_port: int | None = Field(default=None, ge=1, le=65535)
+    api_port: int | None = Field(default=None, ge=1, le=65535)
+    tls_listen: bool = False
+    tls_advertised: bool = False
+    heartbeat_period: Duration = 10.0
+    reconcile_interval: Duration = 15.0
+    events_enabled: bool = True
+    # Ack format: "auto" answers each event in the format it came in.
+    event_format: Literal["auto", "args", "payload"] = "auto"
+    channel: str = Field(default=CHANNEL, min_length=1)
+    request_timeout: Duration = 5.0  # each coordinator REST call
+    discovery_timeout: Duration = 2.0  # GET <replica>/v1/models
+    retry_backoff_max: Duration = 10.0  # cap of the exponential backoff
+    # How long registration waits for the events process to subscribe first.
+    subscribe_grace: Duration = 30.0
+
+    @field_validator("frontend_mode")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        if v != "wildcard":
+            raise ValueError(
+                "only 'wildcard' is supported (PORT mode needs a listener per circuit; "
+                "use appproxy_router for the ROUTER mode)"
+            )
+        return v
+
+    @field_validator("wildcard_domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        if not v:
+            return ""
+        name = _host(v)
+        if name.startswith("*."):
+            name = name[1:]
+        bare = name.lstrip(".")
+        if not bare or not _HOST.match(bare):
+            raise ValueError("must be a DNS name such as '.models.example.com'")
+        return "." + bare
+
+    @field_validator("aggregation_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v: Any) -> Any:
+        if v is None:
+            return ()
+        if not isinstance(v, (list, tuple)):
+            raise ValueError("must be a list of host names")
+        out = []
+        for item in v:
+            if not isinstance(item, str) or not _host(item):
+                raise ValueError("must be a list of host names")
+            out.append(_host(item))
+        return tuple(out)
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v:
+            return ""
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://coordinator:10200")
+        return v.rstrip("/")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
+            raise ValueError("must be a redis:// URL, e.g. redis://127.0.0.1:6379/4")
+        return v
+
+    @model_validator(mode="after")
+    def _required_when_enabled(self) -> AppProxySettings:
+        if not self.enabled:
+            return self
+        missing = [
+            name
+            for name in ("coordinator_url", "api_secret", "jwt_secret", "authority", "hostname", "wildcard_domain")
+            if not getattr(self, name)
+        ]
+        if missing:
+            raise ValueError(
+                f"enabled: true needs {', '.join(missing)} (see docs/appproxy.md; secrets as ${{ENV_VAR}})"
+            )
+        return self
+
+    # -- derived ------------------------------------------------------------
+    @property
+    def apex(self) -> str:
+        """The wildcard domain without its leading dot: an aggregation host."""
+        return self.wildcard_domain.lstrip(".")
+
+    def bus_url(self) -> str:
+        from django.conf import settings
+
+        return self.redis_url or settings.REDIS_URL
+
+    def registration_port(self) -> int:
+        """``api_port``, else ``ROUTER_PORT``, else the traffic port, else 80."""
+        if self.api_port:
+            return self.api_port
+        env = os.environ.get("ROUTER_PORT", "")
+        if env.isdigit() and 0 < int(env) < 65536:
+            return int(env)
+        return self.wildcard_traffic_port or 80
+
+    def ack_format(self, received: Format) -> Format:
+        return received if self.event_format == "auto" else self.event_format
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the secrets (for /status and logs)."""
+        return {
+            "enabled": self.enabled,
+            "coordinator_url": _strip_userinfo(self.coordinator_url),
+            "authority": self.authority,
+            "hostname": self.hostname,
+            "frontend_mode": self.frontend_mode,
+            "wildcard_domain": self.wildcard_domain,
+            "aggregation_hosts": list(self.aggregation_hosts),
+            "wildcard_traffic_port": self.wildcard_traffic_port,
+            "heartbeat_period_s": self.heartbeat_period,
+            "reconcile_interval_s": self.reconcile_interval,
+            "events_enabled": self.events_enabled,
+            "event_format": self.event_format,
+            "channel": self.channel,
+        }
+
+
+def _strip_userinfo(url: str) -> str:
+    if not url:
+        return url
+    return re.sub(r"^(\w+://)[^@/]*@", r"\1", url)
+
+
+def _messages(exc: ValidationError, prefix: str) -> list[str]:
+    out = []
+    for err in exc.errors(include_input=False, include_url=False):
+        where = ".".join([prefix, *(str(p) for p in err["loc"])]).strip(".")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see docs/appproxy.md)"
+        out.append(f"{where}: {msg}" if where else msg)
+    return out
+
+
+def parse_section(raw: Mapping[str, Any] | None, *, prefix: str = "appproxy") -> AppProxySettings | None:
+    """The validated section (None when absent). Raises ValueError naming keys."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{prefix or 'appproxy'}: must be a mapping of settings")
+    try:
+        return AppProxySettings.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ValueError("; ".join(_messages(exc, prefix))) from None
+
+
+def validate_section(raw: Any) -> None:
+    """Hook for the router's config schema (which prefixes ``appproxy: ``)."""
+    try:
+        parse_section(raw, prefix="")
+    except ValueError as exc:
+        raise PydanticCustomError("appproxy_config", "{detail}", {"detail": str(exc)}) from None
+
+
+# -- the operator file, cached by mtime ---------------------------------------
+
+_lock = threading.Lock()
+_cache: dict[str, Any] = {"key": None, "value": None}
+
+
+def load_settings() -> AppProxySettings | None:
+    """The section of the operator YAML (``ROUTER_CONFIG`` …), or None.
+
+    Re-parsed only when the file changes. A file that became invalid keeps the
+    last good settings (logged); the first load raises ``ConfigError``.
+    """
+    from router.config_schema import ConfigError, load
+    from router.services import resolve_config_path
+
+    path = resolve_config_path()
+    try:
+        stat = path.stat()
+        key: tuple[Any, ...] = (str(path), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = (str(path), None, None)
+    with _lock:
+        if _cache["key"] == key:
+            return _cache["value"]
+        try:
+            cfg, _ = load(path)
+            value = parse_section(cfg.appproxy)
+        except (ConfigError, ValueError) as exc:
+            if _cache["key"] is None:
+                raise ConfigError(str(exc)) from None
+            log.error("appproxy: config not reloaded, keeping the last good one: %s", exc)
+            _cache["key"] = key
+            return _cache["value"]
+        _cache["key"], _cache["value"] = key, value
+        return value

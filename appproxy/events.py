@@ -1,0 +1,109 @@
+"""Applying coordinator events (reference §3.3) and remembering them.
+
+Invariants:
+- Dispatch is by name: created / route_updated / removed go through
+  ``services.reconcile_apply`` (the same lock and transaction as a pull);
+  every other name, including our own acks echoing back, is ignored.
+- Events for another authority are ignored (a broadcast reaches every worker).
+- Applying is idempotent full-state per circuit, so a duplicate or replayed
+  event is harmless, and a later pull repairs a lost one.
+- ``apply_event`` returns the circuits to acknowledge for ``created``: the
+  complete objects exactly as received (the coordinator re-parses every
+  field), only for circuits that were applied.
+- ``record_event`` keeps the newest ``KEEP`` EventRecords.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from .envelope import CREATED, REMOVED, ROUTE_UPDATED, Event
+from .services import ApplyResult, reconcile_apply
+from .wire import Circuit, RouteInfo, parse_circuits
+
+log = logging.getLogger(__name__)
+
+__all__ = ["APPLIED_EVENTS", "EventOutcome", "apply_event", "record_event"]
+
+APPLIED_EVENTS = frozenset({CREATED, ROUTE_UPDATED, REMOVED})
+KEEP = 500
+_PRUNE_EVERY = 50
+_inserted = 0
+
+
+class EventRejected(ValueError):
+    """A known event whose circuits or routes do not validate."""
+
+
+@dataclass(slots=True)
+class EventOutcome:
+    result: ApplyResult | None = None
+    ack: list[dict[str, Any]] = field(default_factory=list)  # created only
+    detail: str = ""
+
+
+def apply_event(event: Event, settings) -> EventOutcome:
+    """Apply one decoded event addressed to us. Raises EventRejected."""
+    kwargs = {
+        "authority": settings.authority,
+        "discovery_timeout": settings.discovery_timeout,
+    }
+    if event.name == CREATED:
+        circuits, errors = parse_circuits(event.circuits)
+        if errors and not circuits:
+            raise EventRejected("; ".join(errors))
+        result = reconcile_apply(circuits, source="created", **kwargs)
+        return EventOutcome(result, ack=[c.raw for c in circuits], detail="; ".join(errors))
+    if event.name == ROUTE_UPDATED:
+        try:
+            circuit = Circuit.model_validate(event.circuit)
+            routes = [RouteInfo.model_validate(r) for r in event.routes or ()]
+        except ValidationError as exc:
+            raise EventRejected(f"route_updated does not validate ({exc.error_count()} error(s))") from None
+        result = reconcile_apply([circuit.with_routes(routes)], source="route_updated", **kwargs)
+        return EventOutcome(result)
+    if event.name == REMOVED:
+        ids = [str(c.get("id")).lower() for c in event.circuits if c.get("id")]
+        result = reconcile_apply([], source="removed", remove=ids, **kwargs)
+        return EventOutcome(result)
+    raise EventRejected(f"not an applied event: {event.name}")
+
+
+def record_event(
+    *,
+    name: str,
+    fmt: str = "",
+    authority: str | None = None,
+    circuit_ids: list[str] | None = None,
+    received_at: datetime,
+    applied_at: datetime | None = None,
+    acked_at: datetime | None = None,
+    ok: bool | None = None,
+    detail: str = "",
+) -> None:
+    """Insert one EventRecord (and now and then drop all but the newest)."""
+    global _inserted
+    from .models import EventRecord
+
+    EventRecord.objects.create(
+        name=name[:100],
+        fmt=fmt or "",
+        authority=(authority or "")[:200],
+        circuit_ids=list(circuit_ids or [])[:50],
+        received_at=received_at,
+        applied_at=applied_at,
+        acked_at=acked_at,
+        ok=ok,
+        detail=detail[:2000],
+    )
+    _inserted += 1
+    if (_inserted - 1) % _PRUNE_EVERY == 0:  # also on the first insert of a process
+        cutoff = EventRecord.objects.order_by("-pk").values_list("pk", flat=True)[KEEP : KEEP + 1]
+        first = list(cutoff)
+        if first:
+            EventRecord.objects.filter(pk__lte=first[0]).delete()

@@ -1,0 +1,103 @@
+"""The AppProxy mirror: what the coordinator told this node, for operators
+and for the web processes' snapshot compile.
+
+Not an authority: the coordinator is. The tasks and events processes write
+these rows (always under the reconcile lock, in one transaction with the
+``source=appproxy`` Backend rows they imply); web processes read them only
+when compiling a snapshot, never per request. No secret is stored here.
+"""
+
+from __future__ import annotations
+
+from django.db import models as dj
+
+
+class Circuit(dj.Model):
+    circuit_id = dj.CharField(max_length=36, unique=True, help_text="The coordinator's circuit UUID (the JWT id).")
+    subdomain = dj.CharField(max_length=253, blank=True, default="", db_index=True)
+    app = dj.CharField(max_length=200, blank=True, default="")
+    app_mode = dj.CharField(max_length=16, blank=True, default="inference")
+    model = dj.CharField(
+        max_length=300, blank=True, default="", help_text="Discovered from a replica's /v1/models; blank until known."
+    )
+    model_discovered_at = dj.DateTimeField(null=True, blank=True)
+    endpoint_id = dj.CharField(max_length=36, blank=True, default="", db_index=True)
+    open_to_public = dj.BooleanField(default=False)
+    allowed_client_ips = dj.TextField(null=True, blank=True)
+    runtime_variant = dj.CharField(max_length=64, blank=True, default="")
+    raw = dj.JSONField(default=dict, help_text="The complete circuit object as last received.")
+    created_at = dj.DateTimeField(auto_now_add=True)
+    updated_at = dj.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["subdomain", "circuit_id"]
+
+    def __str__(self) -> str:
+        return self.subdomain or self.circuit_id
+
+    @property
+    def model_key(self) -> str:
+        """Key of the discovered-model cache (wire.Circuit.model_key)."""
+        return self.endpoint_id or self.circuit_id
+
+
+class Route(dj.Model):
+    circuit = dj.ForeignKey(Circuit, on_delete=dj.CASCADE, related_name="routes")
+    route_id = dj.CharField(max_length=36, blank=True, default="")
+    session_id = dj.CharField(max_length=36, blank=True, default="")
+    session_name = dj.CharField(max_length=200, blank=True, default="")
+    kernel_host = dj.CharField(max_length=255, blank=True, default="")
+    kernel_port = dj.PositiveIntegerField()
+    protocol = dj.CharField(max_length=16, blank=True, default="http")
+    traffic_ratio = dj.FloatField(default=1.0)
+    backend_name = dj.CharField(max_length=200, blank=True, default="", help_text="Blank when it yields no backend.")
+
+    class Meta:
+        ordering = ["circuit_id", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.kernel_host or 'localhost'}:{self.kernel_port}"
+
+
+class WorkerState(dj.Model):
+    """This node's registration under one authority (one row per authority)."""
+
+    authority = dj.CharField(max_length=200, unique=True)
+    worker_id = dj.CharField(max_length=36, blank=True, default="")
+    # The tasks process that registered (a fresh id per process start); a
+    # different one means "not registered by the running process yet".
+    node_id = dj.CharField(max_length=36, blank=True, default="")
+    registered_at = dj.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = dj.DateTimeField(null=True, blank=True)
+    last_pull_at = dj.DateTimeField(null=True, blank=True)
+    first_pull_applied = dj.BooleanField(default=False)
+    pull_requested_at = dj.DateTimeField(null=True, blank=True)
+    status = dj.CharField(max_length=32, blank=True, default="new")
+    last_error = dj.TextField(blank=True, default="")
+    failures = dj.PositiveIntegerField(default=0, help_text="Consecutive failed coordinator calls.")
+    retry_at = dj.DateTimeField(null=True, blank=True, help_text="No coordinator call before this (backoff).")
+    circuits = dj.PositiveIntegerField(default=0)
+    updated_at = dj.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.authority
+
+
+class EventRecord(dj.Model):
+    """One coordinator event this node received (the newest ~500 are kept)."""
+
+    name = dj.CharField(max_length=100)
+    fmt = dj.CharField(max_length=16, blank=True, default="")
+    authority = dj.CharField(max_length=200, blank=True, default="")
+    circuit_ids = dj.JSONField(default=list, blank=True)
+    received_at = dj.DateTimeField()
+    applied_at = dj.DateTimeField(null=True, blank=True)
+    acked_at = dj.DateTimeField(null=True, blank=True)
+    ok = dj.BooleanField(null=True)
+    detail = dj.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.received_at:%H:%M:%S}"

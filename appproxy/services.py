@@ -1,0 +1,314 @@
+"""Writes to the AppProxy mirror: the one apply path for pulls and events.
+
+Invariants (seed §5.3, SPEC LEG-2/3/4, CORE-2/8):
+- Every write happens under ONE Redis lock per authority (``reconcile_lock``)
+  and in ONE DB transaction that upserts Circuit/Route rows, rewrites the
+  ``source=appproxy`` Backend rows the pure plan asks for, and bumps the
+  routing revision (the change notice goes out after commit). Pulls and
+  events therefore never interleave.
+- Only ``source=appproxy`` Backend rows are ever added, updated or removed; a
+  desired name owned by another source is a logged conflict, never applied.
+- Applying is idempotent full-state per circuit: the same input twice
+  changes nothing and does not bump the revision.
+- A pull is a full set (circuits it does not list are removed, except items
+  the coordinator sent but we could not parse); it is fetched inside the
+  lock, so an event applied before it is never undone by older data.
+- Model discovery runs before the transaction (and before the lock for
+  events); a circuit whose model is unknown stays mirrored with no backends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.db import transaction
+from django.utils import timezone
+from pydantic import ValidationError
+
+from router.core.backend import BackendSpec
+from router.models import Backend, Source
+from router.revision import bump_revision
+
+from . import discovery
+from .plan import SOURCE, Plan, desired_backends, plan
+from .wire import Circuit as WireCircuit
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ApplyResult",
+    "clear_mirror",
+    "known_models",
+    "pull_and_apply",
+    "reconcile_apply",
+    "reconcile_lock",
+]
+
+LOCK_TTL = 60.0  # a crashed holder releases the lock after this
+
+
+def reconcile_lock(authority: str, *, blocking_timeout: float = 30.0):
+    """The per-authority mutex shared by every process of this node."""
+    from router.redis import sync_client
+
+    name = f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:reconcile:{authority}"
+    return sync_client().lock(name, timeout=LOCK_TTL, blocking_timeout=blocking_timeout, thread_local=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    plan: Plan
+    upserted: tuple[str, ...] = ()  # circuit ids whose row changed
+    deleted: tuple[str, ...] = ()  # circuit ids removed from the mirror
+    revision: int | None = None  # set when the revision was bumped
+
+    @property
+    def changed(self) -> bool:
+        return self.revision is not None
+
+
+def known_models() -> dict[str, str]:
+    """model_key → model from the mirror (the durable discovery cache)."""
+    from .models import Circuit
+
+    out: dict[str, str] = {}
+    for circuit_id, endpoint_id, model in Circuit.objects.exclude(model="").values_list(
+        "circuit_id", "endpoint_id", "model"
+    ):
+        out[endpoint_id or circuit_id] = model
+    return out
+
+
+def _actual() -> dict[str, BackendSpec]:
+    """Every Backend row, as the plan compares them (ours fully, others by name)."""
+    out: dict[str, BackendSpec] = {}
+    for name, source, url, kind, models, weight in Backend.objects.values_list(
+        "name", "source", "url", "kind", "models", "weight"
+    ):
+        if source == SOURCE:
+            out[name] = BackendSpec(
+                name=name, url=url, kind=kind, models=tuple(models or ()), weight=weight, source=SOURCE
+            )
+        else:
+            out[name] = BackendSpec(name=name, url=url, source=source)
+    return out
+
+
+def stored_circuit(row) -> WireCircuit | None:
+    """A mirrored circuit as a wire object; None (logged) if it no longer parses."""
+    try:
+        return WireCircuit.model_validate(row.raw)
+    except ValidationError as exc:
+        log.warning(
+            "appproxy: mirrored circuit %s does not parse (%s errors); ignored", row.circuit_id, exc.error_count()
+        )
+        return None
+
+
+def _write_plan(p: Plan, now) -> None:
+    for spec in p.add:
+        Backend.objects.create(
+            name=spec.name,
+            source=Source.APPPROXY,
+            url=spec.url,
+            kind=spec.kind,
+            models=list(spec.models),
+            weight=spec.weight,
+        )
+    for spec in p.update:
+        Backend.objects.filter(name=spec.name, source=Source.APPPROXY).update(
+            url=spec.url, kind=spec.kind, models=list(spec.models), weight=spec.weight, updated_at=now
+        )
+    if p.remove:
+        Backend.objects.filter(source=Source.APPPROXY, name__in=list(p.remove)).delete()
+    if p.conflicts:
+        log.warning("appproxy: backend names owned by another source were not applied: %s", list(p.conflicts))
+
+
+def _write_circuit(row, circuit: WireCircuit, model: str, desired: Mapping[str, BackendSpec], now) -> None:
+    from .models import Circuit, Route
+    from .plan import backend_name
+
+    fields: dict[str, Any] = {
+        "subdomain": circuit.subdomain or "",
+        "app": circuit.app,
+        "app_mode": circuit.app_mode,
+        "model": model,
+        "endpoint_id": str(circuit.endpoint_id or ""),
+        "open_to_public": circuit.open_to_public,
+        "allowed_client_ips": circuit.allowed_client_ips,
+        "runtime_variant": circuit.runtime_variant or "",
+        "raw": circuit.raw,
+    }
+    if model and (row is None or row.model != model):
+        fields["model_discovered_at"] = now
+    if row is None:
+        row = Circuit.objects.create(circuit_id=str(circuit.id), **fields)
+    else:
+        for key, value in fields.items():
+            setattr(row, key, value)
+        row.save()
+        row.routes.all().delete()
+    routes = []
+    for route in circuit.route_info:
+        name = backend_name(circuit, route)
+        routes.append(
+            Route(
+                circuit=row,
+                route_id=str(route.route_id or ""),
+                session_id=str(route.session_id),
+                session_name=route.session_name or "",
+                kernel_host=route.kernel_host or "",
+                kernel_port=route.kernel_port,
+                protocol=route.protocol,
+                traffic_ratio=route.traffic_ratio,
+                backend_name=name if name in desired else "",
+            )
+        )
+    Route.objects.bulk_create(routes)
+
+
+def _apply_locked(
+    circuits: Iterable[WireCircuit],
+    models: Mapping[str, str],
+    *,
+    source: str,
+    authority: str | None,
+    full: bool = False,
+    remove: Collection[str] = (),
+    keep: Collection[str] = (),
+    pull_started: datetime | None = None,
+) -> ApplyResult:
+    from .models import Circuit, WorkerState
+
+    now = timezone.now()
+    incoming = {str(c.id): c for c in circuits}
+    with transaction.atomic():
+        rows = {row.circuit_id: row for row in Circuit.objects.all()}
+        gone = {str(i).lower() for i in remove} & rows.keys()
+        if full:
+            gone |= rows.keys() - incoming.keys() - set(keep)
+        gone -= incoming.keys()
+
+        # The mirror after this apply, and each circuit's model.
+        mirror: dict[str, WireCircuit] = {}
+        model_of: dict[str, str] = {}
+        for cid, row in rows.items():
+            if cid in gone or cid in incoming:
+                continue
+            parsed = stored_circuit(row)
+            if parsed is not None:
+                mirror[cid] = parsed
+                model_of[cid] = row.model
+        for cid, circuit in incoming.items():
+            row = rows.get(cid)
+            mirror[cid] = circuit
+            model_of[cid] = models.get(circuit.model_key) or (row.model if row is not None else "")
+        by_key = {mirror[cid].model_key: m for cid, m in model_of.items() if m}
+        desired = desired_backends(mirror.values(), by_key)
+
+        upserted = []
+        for cid, circuit in incoming.items():
+            row = rows.get(cid)
+            model = model_of[cid]
+            if row is not None and row.raw == circuit.raw and row.model == model:
+                continue
+            _write_circuit(row, circuit, model, desired, now)
+            upserted.append(cid)
+        if gone:
+            Circuit.objects.filter(circuit_id__in=list(gone)).delete()
+            discovery.forget(rows[cid].model_key for cid in gone)
+
+        p = plan(desired, _actual())
+        _write_plan(p, now)
+
+        flipped = False
+        if authority is not None:
+            # Field-wise updates: the heartbeat writes the same row concurrently.
+            state, _ = WorkerState.objects.get_or_create(authority=authority)
+            rows_of = WorkerState.objects.filter(pk=state.pk)
+            updates: dict[str, Any] = {"circuits": len(mirror), "updated_at": now}
+            if pull_started is not None:  # a full pull: the node may become ready
+                flipped = not state.first_pull_applied
+                updates.update(first_pull_applied=True, last_pull_at=now)
+                rows_of.filter(pull_requested_at__lte=pull_started).update(pull_requested_at=None)
+            rows_of.update(**updates)
+
+        revision = None
+        if upserted or gone or p or flipped:
+            revision = bump_revision(f"appproxy {source}")
+    if revision is not None:
+        log.info(
+            "appproxy: applied",
+            extra={
+                "source": source,
+                "circuits": len(mirror),
+                "upserted": len(upserted),
+                "deleted": len(gone),
+                "backends_added": len(p.add),
+                "backends_updated": len(p.update),
+                "backends_removed": len(p.remove),
+                "revision": revision,
+            },
+        )
+    return ApplyResult(plan=p, upserted=tuple(upserted), deleted=tuple(sorted(gone)), revision=revision)
+
+
+def reconcile_apply(
+    circuits: Iterable[WireCircuit],
+    *,
+    source: str,
+    authority: str,
+    full: bool = False,
+    remove: Collection[str] = (),
+    discovery_timeout: float = 2.0,
+    lock_timeout: float = 30.0,
+) -> ApplyResult:
+    """Apply circuits (and removals) to the mirror under the reconcile lock.
+
+    ``full=True`` makes ``circuits`` the complete set (a pull); otherwise they
+    are upserted one by one (created / route_updated) and ``remove`` names
+    circuit ids to drop (removed).
+    """
+    circuits = list(circuits)
+    models = discovery.discover_models(circuits, known_models(), timeout=discovery_timeout)
+    with reconcile_lock(authority, blocking_timeout=lock_timeout):
+        return _apply_locked(circuits, models, source=source, authority=authority, full=full, remove=remove)
+
+
+def pull_and_apply(settings, *, client, worker_id: str, lock_timeout: float = 30.0) -> ApplyResult:
+    """``GET /api/worker/{id}/circuits`` and apply it as the full set (LEG-2).
+
+    Marks the first pull as applied, which makes the node ready (/readyz).
+    """
+    started = timezone.now()
+    with reconcile_lock(settings.authority, blocking_timeout=lock_timeout):
+        circuits, failed, errors = client.circuits(worker_id)
+        for error in errors:
+            log.warning("appproxy: pulled circuit skipped: %s", error)
+        models = discovery.discover_models(circuits, known_models(), timeout=settings.discovery_timeout)
+        return _apply_locked(
+            circuits,
+            models,
+            source="pull",
+            authority=settings.authority,
+            full=True,
+            keep=failed,
+            pull_started=started,
+        )
+
+
+def clear_mirror() -> ApplyResult | None:
+    """Drop every mirrored circuit and appproxy backend (the worker was
+    disabled or its section removed). None when there was nothing to drop."""
+    from .models import Circuit
+
+    if not Circuit.objects.exists() and not Backend.objects.filter(source=Source.APPPROXY).exists():
+        return None
+    with reconcile_lock("(disabled)"):
+        return _apply_locked([], {}, source="disabled", authority=None, full=True)

@@ -1,0 +1,120 @@
+"""/readyz and /status facts for the web process (LEG-8, OPS-3).
+
+The web process never talks to the coordinator. Readiness comes from the
+current routing snapshot (its ingress carries WorkerState as of the compile;
+registration and the first pull bump the revision), so /readyz costs no
+query. /status adds the live WorkerState (heartbeat and pull times), read in
+a short-lived thread and cached for ``STATUS_TTL`` seconds. Nothing here
+ever includes a secret.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+__all__ = ["readiness", "worker_status"]
+
+STATUS_TTL = 1.0
+_lock = threading.Lock()
+_cache: dict[str, Any] = {"at": 0.0, "key": None, "value": None}
+_pool = ThreadPoolExecutor(1, thread_name_prefix="appproxy-status")
+
+
+def _ingress():
+    from router.runtime import get_runtime
+
+    return get_runtime().snapshot.ingress
+
+
+def readiness() -> dict[str, bool]:
+    """Empty when appproxy is disabled; else registered + first pull applied."""
+    ingress = _ingress()
+    if ingress is None:
+        return {}
+    return {
+        "appproxy_registered": ingress.registered,
+        "appproxy_first_pull": ingress.first_pull_applied,
+    }
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _live(authority: str) -> dict[str, Any]:
+    from django.db import close_old_connections
+
+    from .config import load_settings
+    from .models import EventRecord, WorkerState
+    from .subscriber import subscriber_alive
+
+    close_old_connections()
+    try:
+        row = WorkerState.objects.filter(authority=authority).first()
+        last_event = EventRecord.objects.order_by("-pk").first()
+        settings = None
+        try:
+            settings = load_settings()
+        except Exception:
+            pass
+        out: dict[str, Any] = {
+            "events_subscriber": subscriber_alive(authority),
+            "last_event": None
+            if last_event is None
+            else {
+                "name": last_event.name,
+                "fmt": last_event.fmt,
+                "received_at": _iso(last_event.received_at),
+                "ok": last_event.ok,
+            },
+        }
+        if settings is not None:
+            out["config"] = settings.public()
+        if row is not None:
+            out.update(
+                status=row.status,
+                node_id=row.node_id,
+                registered_at=_iso(row.registered_at),
+                last_heartbeat_at=_iso(row.last_heartbeat_at),
+                last_pull_at=_iso(row.last_pull_at),
+                last_error=row.last_error or None,
+                failures=row.failures,
+            )
+        return out
+    finally:
+        close_old_connections()
+
+
+def worker_status() -> dict[str, Any]:
+    """The worker's /status section (never a secret)."""
+    ingress = _ingress()
+    if ingress is None:
+        return {"enabled": False}
+    body: dict[str, Any] = {
+        "enabled": True,
+        "frontend_mode": "wildcard",
+        "authority": ingress.authority,
+        "worker_id": ingress.worker_id or None,
+        "wildcard_domain": ingress.domain,
+        "aggregation_hosts": sorted(ingress.aggregate_hosts),
+        "registered": ingress.registered,
+        "first_pull_applied": ingress.first_pull_applied,
+        "circuits": len(ingress.table),
+        "circuits_with_routes": sum(1 for e in ingress.table.values() if e.has_routes),
+    }
+    now = time.monotonic()
+    with _lock:
+        fresh = _cache["key"] == ingress.authority and now - _cache["at"] < STATUS_TTL
+        live = _cache["value"] if fresh else None
+    if live is None:
+        try:
+            live = _pool.submit(_live, ingress.authority).result(timeout=2.0)
+        except Exception as exc:  # the status page must answer anyway
+            live = {"live_error": type(exc).__name__}
+        with _lock:
+            _cache.update(at=now, key=ingress.authority, value=live)
+    body.update(live)
+    return body

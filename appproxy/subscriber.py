@@ -1,0 +1,236 @@
+"""The events process: Redis Pub/Sub on ``events_all-appproxy`` → apply → ack.
+
+Runs inside ``manage.py runworker appproxy`` (appproxy/management/commands/
+runworker.py), in that command's event loop.
+
+Invariants (reference §§3-4, LEG-4):
+- One message at a time, in arrival order; DB work runs in one worker
+  thread (the ORM is synchronous), never on the event loop.
+- A malformed message is logged, recorded (EventRecord ok=False) and
+  dropped; unknown names, our own acks echoing back and events for other
+  authorities are ignored.
+- ``created`` is acked after the apply has committed and the change notice
+  went out, echoing the complete circuit objects, in the envelope format the
+  event arrived in (or the operator-pinned ``event_format``).
+- On every (re)subscription the tasks process is asked for a full pull, so
+  whatever was published while we were not listening is filled in.
+- Connection loss → reconnect with exponential backoff (0.2 s … 5 s).
+- While subscribed, a short-lived Redis key says so; registration waits for
+  it (subscribe before registering, reference §4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import redis.asyncio as aioredis
+from django.conf import settings as django_settings
+from django.db import close_old_connections
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from . import envelope
+from .config import AppProxySettings, load_settings
+from .envelope import CREATED, EnvelopeError
+from .events import APPLIED_EVENTS, EventRejected, apply_event, record_event
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Subscriber", "alive_key", "subscriber_alive"]
+
+ALIVE_TTL = 10
+ALIVE_REFRESH = 3.0
+CONFIG_CHECK = 1.0
+
+
+def alive_key(authority: str) -> str:
+    return f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:events:{authority}"
+
+
+def subscriber_alive(authority: str) -> bool:
+    from router.redis import sync_client
+
+    try:
+        return bool(sync_client().exists(alive_key(authority)))
+    except RedisError:
+        return False
+
+
+def _session_key(s: AppProxySettings) -> tuple[Any, ...]:
+    return (s.enabled, s.events_enabled, s.bus_url(), s.channel, s.authority)
+
+
+class Subscriber:
+    def __init__(self, *, stop: asyncio.Event | None = None, loader: Callable[[], Any] = load_settings) -> None:
+        self.stop = stop or asyncio.Event()
+        self._load = loader
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="appproxy-events")
+        self.subscriptions = 0  # confirmed (re)subscriptions, for tests and /status
+
+    # -- helpers -----------------------------------------------------------
+    async def _db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def call() -> Any:
+            close_old_connections()
+            return fn(*args, **kwargs)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def _settings(self) -> AppProxySettings | None:
+        from router.config_schema import ConfigError
+
+        try:
+            return self._load()
+        except ConfigError as exc:
+            log.error("appproxy: config error: %s", exc)
+            return None
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), seconds)
+
+    # -- main loop ---------------------------------------------------------
+    async def run(self) -> None:
+        delay = 0.2
+        idle_logged = False
+        try:
+            while not self.stop.is_set():
+                s = self._settings()
+                if s is None or not s.enabled or not s.events_enabled:
+                    if not idle_logged:
+                        log.info("appproxy: events are disabled (appproxy.enabled / events_enabled); idle")
+                        idle_logged = True
+                    await self._sleep(CONFIG_CHECK)
+                    continue
+                idle_logged = False
+                try:
+                    await self._session(s)
+                    delay = 0.2
+                except (RedisError, OSError) as exc:
+                    log.warning(
+                        "appproxy: event bus connection lost (%s); reconnecting in %.1fs", type(exc).__name__, delay
+                    )
+                    await self._sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                except Exception:  # never fatal: log, back off, subscribe again
+                    log.exception("appproxy: event subscriber failed; restarting in %.1fs", delay)
+                    await self._sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            self._executor.shutdown(wait=True)
+
+    async def _session(self, s: AppProxySettings) -> None:
+        from router.redis import async_client
+
+        key = _session_key(s)
+        bus = aioredis.from_url(
+            s.bus_url(),
+            client_name=f"appproxy-events:{s.authority}",
+            socket_connect_timeout=3,
+            socket_keepalive=True,
+        )
+        pubsub = bus.pubsub()
+        node = async_client()
+        alive_at = 0.0
+        subscribed = False
+        checked_at = time.monotonic()
+        try:
+            await pubsub.subscribe(s.channel)
+            while not self.stop.is_set():
+                now = time.monotonic()
+                if subscribed and now - alive_at >= ALIVE_REFRESH:
+                    await node.set(alive_key(s.authority), str(self.subscriptions), ex=ALIVE_TTL)
+                    alive_at = now
+                if now - checked_at >= CONFIG_CHECK:
+                    checked_at = now
+                    fresh = self._settings()
+                    if fresh is None or _session_key(fresh) != key:
+                        log.info("appproxy: event settings changed; resubscribing")
+                        return
+                    s = fresh  # e.g. a new event_format applies at once
+                message = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+                if message is None:
+                    continue
+                kind = message.get("type")
+                if kind == "subscribe":
+                    await self._subscribed(s, node)
+                    subscribed, alive_at = True, time.monotonic()
+                elif kind == "message":
+                    await self.handle(bus, s, message["data"])
+        finally:
+            with contextlib.suppress(Exception):
+                await node.delete(alive_key(s.authority))
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+            with contextlib.suppress(Exception):
+                await bus.aclose()
+
+    async def _subscribed(self, s: AppProxySettings, node: Any) -> None:
+        from .worker import request_pull
+
+        self.subscriptions += 1
+        await node.set(alive_key(s.authority), str(self.subscriptions), ex=ALIVE_TTL)
+        log.info(
+            "appproxy: subscribed to the event bus",
+            extra={"channel": s.channel, "authority": s.authority, "subscriptions": self.subscriptions},
+        )
+        # Whatever was published while we were not listening: a full pull.
+        await self._db(request_pull, s.authority)
+
+    # -- one message -----------------------------------------------------------
+    async def handle(self, bus: Any, s: AppProxySettings, data: bytes) -> None:
+        received = timezone.now()
+        try:
+            event = envelope.decode(data)
+        except EnvelopeError as exc:
+            log.warning("appproxy: malformed event dropped: %s", exc)
+            await self._db(record_event, name="(malformed)", received_at=received, ok=False, detail=str(exc))
+            return
+        if event.name not in APPLIED_EVENTS or event.authority != s.authority:
+            return
+        base = {
+            "name": event.name,
+            "fmt": event.fmt,
+            "authority": event.authority,
+            "circuit_ids": event.circuit_ids,
+            "received_at": received,
+        }
+        try:
+            outcome = await self._db(apply_event, event, s)
+        except EventRejected as exc:
+            log.warning("appproxy: %s dropped: %s", event.name, exc)
+            await self._db(record_event, **base, ok=False, detail=str(exc))
+            return
+        except Exception as exc:
+            log.exception("appproxy: %s not applied", event.name)
+            await self._db(record_event, **base, ok=False, detail=f"not applied: {type(exc).__name__}")
+            return
+        applied = timezone.now()
+        acked = None
+        if event.name == CREATED and outcome.ack:
+            fmt = s.ack_format(event.fmt)
+            data = envelope.encode_ack(s.authority, outcome.ack, fmt, request_id=event.request_id)
+            try:
+                await bus.publish(s.channel, data)
+            except RedisError:
+                # Applied but not acked: the manager's create fails (503), the
+                # coordinator keeps the row, and our pulls keep it mirrored.
+                await self._db(record_event, **base, applied_at=applied, ok=False, detail="ack not published")
+                raise
+            acked = timezone.now()
+        log.info(
+            "appproxy: event applied",
+            extra={
+                "event": event.name,
+                "fmt": event.fmt,
+                "circuits": event.circuit_ids,
+                "apply_ms": round((applied - received).total_seconds() * 1000, 1),
+                "acked": acked is not None,
+            },
+        )
+        await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True, detail=outcome.detail)
