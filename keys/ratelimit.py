@@ -186,7 +186,7 @@ class ClusterLimiter:
                 )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 -- bookkeeping never fails a request
+        except Exception as exc:
             self._down_until = loop.time() + self.cooldown
             if not self._degraded:
                 self._degraded = True

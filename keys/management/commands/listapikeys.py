@@ -45,5 +45,5 @@ class Command(BaseCommand):
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         for row in table:
             self.stdout.write(
-                "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
             )
