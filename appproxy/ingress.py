@@ -29,7 +29,7 @@ from router.core.ipnets import ip_allowed
 from router.core.secret import Secret
 
 from .jwtauth import verify_circuit_token
-from .plan import IngressEntry
+from .plan import NAME_PREFIX, IngressEntry
 
 __all__ = ["Ingress", "normalize_host"]
 
@@ -74,6 +74,15 @@ class Ingress:
 
     def resolve(self, env: Any, snap: Any = None) -> str | None:
         """The model to pin, or None for plain routing; raises 404/403/401/503."""
+        target = self.resolve_target(env, snap)
+        return None if target is None else target[0]
+
+    def resolve_target(self, env: Any, snap: Any = None) -> tuple[str, str] | None:
+        """(model, backend-name prefix of the circuit's own replicas), or None.
+
+        The pipeline keeps a circuit host's traffic on that circuit's replicas:
+        two endpoints that serve the same model name never share replicas.
+        """
         entry = self.circuit_for(env.host)
         if entry is None:
             return None
@@ -89,4 +98,4 @@ class Ingress:
             raise NoBackendAvailable(
                 "This endpoint's model is not known yet: none of its replicas has answered /v1/models."
             )
-        return entry.model
+        return entry.model, f"{NAME_PREFIX}{entry.circuit_id}-r"

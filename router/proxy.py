@@ -85,13 +85,15 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
             )
         model = env.model
         pinned = False
+        scope = None
         if snap.ingress is not None:
             # Host → circuit: auth (JWT, IPs) is checked here, before any
             # fallback; a registered circuit pins its canonical model, which
-            # counts as known even while it has no routes (LEG-5/6/7).
-            target = snap.ingress.resolve(env, snap)
+            # counts as known even while it has no routes (LEG-5/6/7), and
+            # scopes selection to that circuit's own replicas.
+            target = snap.ingress.resolve_target(env, snap)
             if target is not None:
-                model, pinned = target, True
+                (model, scope), pinned = target, True
         known = pinned or snap.known(model)
         # A circuit host is governed by its circuit's own access rules (public,
         # or the circuit JWT in Authorization, plus its IP list); the key gate
@@ -105,7 +107,7 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
             raise ModelNotFound(f"The model '{model}' does not exist.", param="model")
         if key is not None:
             obs["key"] = key.name
-        response = await _execute(rt, snap, env, model, obs, started)
+        response = await _execute(rt, snap, env, model, obs, started, scope)
         return response
     except RouterError as exc:
         obs["status"] = exc.status
@@ -146,14 +148,16 @@ def _envelope(request: HttpRequest, endpoint: str, snap: Snapshot) -> Envelope:
 
 
 async def _acquire(
-    rt: Runtime, snap: Snapshot, model: str, exclude: set[str], pkey: bytes | None, obs: dict
+    rt: Runtime, snap: Snapshot, model: str, exclude: set[str], pkey: bytes | None, obs: dict,
+    scope: str | None = None,
 ) -> Candidate | None:
     """Select once and take the slot; queue (bounded) when all are at capacity."""
-    candidates = rt.candidates(snap, model)
+    candidates = rt.candidates(snap, model, scope)
     if not candidates:
         return None
+    group = scope or model
     now = time.monotonic()
-    picked = rt.selector.pick(model, candidates, now=now, prefix_key=pkey, exclude=exclude)
+    picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
     if picked is not None:
         picked.state.on_start()
         return picked
@@ -185,7 +189,7 @@ async def _acquire(
                 except TimeoutError:
                     continue
                 now = time.monotonic()
-                picked = rt.selector.pick(model, candidates, now=now, prefix_key=pkey, exclude=exclude)
+                picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
                 if picked is not None:
                     picked.state.on_start()
                     obs["queue_ms"] = (now - queued_at) * 1000.0
@@ -196,7 +200,9 @@ async def _acquire(
         rt.waiting -= 1
 
 
-async def _execute(rt: Runtime, snap: Snapshot, env: Envelope, model: str, obs: dict, started: float):
+async def _execute(
+    rt: Runtime, snap: Snapshot, env: Envelope, model: str, obs: dict, started: float, scope: str | None = None
+):
     chain = (model, *snap.fallback_chains.get(model, ()))
     pkey = prefix_key(env.body) if snap.strategy == "prefix_hash" else None
     retry = snap.retry
@@ -210,7 +216,7 @@ async def _execute(rt: Runtime, snap: Snapshot, env: Envelope, model: str, obs: 
             hops.append(target)
         tried: set[str] = set()
         while attempts < retry.max_attempts:
-            cand = await _acquire(rt, snap, target, tried, pkey, obs)
+            cand = await _acquire(rt, snap, target, tried, pkey, obs, scope if depth == 0 else None)
             if cand is None:
                 break
             spec, state = cand.spec, cand.state

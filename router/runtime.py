@@ -85,7 +85,7 @@ class Runtime:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = time.time()
         self.last_error: str | None = None
-        self._candidates: dict[str, tuple[Candidate, ...]] = {}
+        self._candidates: dict[tuple[str, str | None], tuple[Candidate, ...]] = {}
 
     # -- lifecycle -------------------------------------------------------
     async def start(self) -> None:
@@ -171,14 +171,18 @@ class Runtime:
         log.info("routing snapshot installed", extra={"revision": snap.revision, "backends": len(snap.backends)})
 
     # -- hot path helpers ----------------------------------------------------
-    def candidates(self, snap: Snapshot, model: str) -> tuple[Candidate, ...]:
-        """Candidates of a model, cached per installed snapshot."""
-        cached = self._candidates.get(model)
+    def candidates(self, snap: Snapshot, model: str, scope: str | None = None) -> tuple[Candidate, ...]:
+        """Candidates of a model (only backends named `scope…` when scoped, e.g.
+        one AppProxy circuit's replicas), cached per installed snapshot."""
+        key = (model, scope)
+        cached = self._candidates.get(key)
         if cached is None or snap is not self.snapshot:
             specs = snap.by_model.get(model, ())
+            if scope is not None:
+                specs = tuple(s for s in specs if s.name.startswith(scope))
             cached = tuple(Candidate(spec, self.states.get(spec.name)) for spec in specs)
             if snap is self.snapshot:
-                self._candidates[model] = cached
+                self._candidates[key] = cached
         return cached
 
     def release(self, state: BackendState, *, ok: bool | None, latency_ms: float = 0.0) -> None:

@@ -447,3 +447,24 @@ def test_circuit_hosts_use_circuit_auth_and_other_hosts_the_key_gate(payload_nod
     finally:
         node.web.write_config(node.config)
     manager.delete(endpoint_id)
+
+
+def test_circuit_host_stays_on_its_own_replicas(payload_node, replicas):
+    """Two endpoints serving the same model name never share replicas through
+    their hosts; the aggregation host spreads that model over both."""
+    node = payload_node
+    manager = Manager(node.fc)
+    first, second = _name("own-a"), _name("own-b")
+    ep_a, created_a = manager.create(first)
+    ep_b, created_b = manager.create(second)
+    assert created_a.status_code == created_b.status_code == 200
+    manager.routes(ep_a, replicas["rep-a"])
+    manager.routes(ep_b, replicas["rep-b"])
+    eventually(lambda: routed_to(node.chat(node.host(first))) == "rep-a", 15, "first routable")
+    eventually(lambda: routed_to(node.chat(node.host(second))) == "rep-b", 15, "second routable")
+    assert {routed_to(node.chat(node.host(first))) for _ in range(8)} == {"rep-a"}
+    assert {routed_to(node.chat(node.host(second))) for _ in range(8)} == {"rep-b"}
+    spread = {routed_to(node.chat(AGGREGATION_HOST, model=MODEL)) for _ in range(12)}
+    assert {"rep-a", "rep-b"} <= spread
+    manager.delete(ep_a)
+    manager.delete(ep_b)
