@@ -12,6 +12,7 @@ same views, Django's request/response objects and disconnect handling.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
@@ -32,9 +33,17 @@ class LeanASGIHandler(ASGIHandler):
         await self.handle(scope, receive, send)
 
     async def handle(self, scope, receive, send) -> None:
+        limit = body_limit()
+        if _declared_length(scope) > limit:
+            # Refuse before reading a byte: a huge body never reaches memory or disk.
+            await _send_too_large(send, limit)
+            return
         try:
-            body_file = await self.read_body(receive)
+            body_file = await self.read_body(receive, limit)
         except RequestAborted:
+            return
+        except _TooLarge:
+            await _send_too_large(send, limit)
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -70,3 +79,60 @@ class LeanASGIHandler(ASGIHandler):
         if not worker.cancelled() and worker.exception() is None:
             worker.result().close()  # cheap: no DB connection lives on this thread
         body_file.close()
+
+    async def read_body(self, receive, limit: int | None = None):  # type: ignore[override]
+        """Django's read_body, stopping as soon as the body passes `limit`."""
+        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                body_file.close()
+                raise RequestAborted()
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    body_file.close()
+                    raise _TooLarge()
+                body_file.write(chunk)
+            if not message.get("more_body", False):
+                break
+        body_file.seek(0)
+        return body_file
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def body_limit() -> int:
+    from router.runtime import get_runtime
+
+    snap = get_runtime().snapshot
+    return snap.max_body_bytes if snap.revision >= 0 else settings.ROUTER_MAX_BODY_BYTES
+
+
+def _declared_length(scope) -> int:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+async def _send_too_large(send, limit: int) -> None:
+    from router.core.errors import RequestTooLarge
+
+    body = RequestTooLarge(f"The request body is larger than {limit} bytes.").to_body()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

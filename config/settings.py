@@ -117,6 +117,8 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 # The router's own process settings (routing itself lives in the YAML).
 ROUTER_CONFIG = os.environ.get("ROUTER_CONFIG", "")
 ROUTER_MAX_BODY_BYTES = int(os.environ.get("ROUTER_MAX_BODY_BYTES", str(32 * 1024 * 1024)))
+# /v1 bodies are capped by the YAML's server.max_body_bytes in config/lean.py
+# (before they are read); this is Django's own ceiling for every other path.
 DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
 # Prefix of every Redis key/channel this node uses (change notices, health,
 # recent observations, rate limits); lets several routers share one Redis.

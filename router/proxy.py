@@ -21,6 +21,7 @@ import uuid
 import weakref
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
 from . import observe
@@ -30,6 +31,7 @@ from .core.errors import (
     NoBackendAvailable,
     NotReady,
     PathSelectorRejected,
+    RequestTooLarge,
     RouterError,
     UpstreamError,
     UpstreamTimeout,
@@ -121,12 +123,13 @@ def _envelope(request: HttpRequest, endpoint: str, snap: Snapshot) -> Envelope:
     headers = _headers(request)
     length = headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > snap.max_body_bytes:
-        from .core.errors import RequestTooLarge
-
         raise RequestTooLarge(
             f"The request body is {length} bytes; the limit is {snap.max_body_bytes} bytes."
         )
-    raw = request.body
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise RequestTooLarge(f"The request body is larger than {snap.max_body_bytes} bytes.") from None
     body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
     peer = _peer(request)
     client_ip = peer

@@ -93,3 +93,20 @@ def test_sdk_sees_typed_errors_and_router_survives(routed):
     out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert out.choices[0].message.content
     assert "Traceback" not in router.logs()
+
+
+def test_chunked_body_over_limit_is_refused_while_reading(routed):
+    """Without a Content-Length the limit still holds: reading stops at the limit."""
+    router, backend = routed
+    before = len(backend.requests)
+
+    def body():
+        yield b'{"model": "m", "messages": [{"role": "user", "content": "'
+        for _ in range(64):
+            yield b"x" * 4096
+        yield b'"}]}'
+
+    r = httpx.post(router.url + "/v1/chat/completions", content=body(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert error_of(r)["code"] == "request_too_large"
+    assert len(backend.requests) == before
