@@ -198,3 +198,28 @@ def test_client_disconnect_during_non_stream_wait_cancels_upstream(openai_backen
     wait_until(lambda: router.status()["backends"][0]["in_flight"] == 0, 10, what="slot release")
     a.behavior.delay_s = 0
     assert httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30).status_code == 200
+
+
+def test_backend_killed_mid_request_is_retried_elsewhere(openai_backends, router_factory):
+    """The backend dies while it holds the request (no byte sent yet): the
+    client still gets a full answer, from the other backend."""
+    a, b = openai_backends("a", "b")
+    a.behavior.delay_s = 30
+    b.behavior.delay_s = 30
+    router = router_factory(two_backends(a, b))
+    result = {}
+
+    def call():
+        result["r"] = httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=60)
+
+    t = threading.Thread(target=call)
+    t.start()
+    holder = wait_until(lambda: next((s for s in (a, b) if posts(s)), None), 10, what="the request to land")
+    other = b if holder is a else a
+    other.behavior.delay_s = 0
+    holder.stop()  # killed with the request in flight
+    t.join(30)
+    r = result["r"]
+    assert r.status_code == 200 and r.content.rstrip().endswith(b"data: [DONE]")
+    assert r.headers["x-backend-name"] == ("b" if holder is a else "a")
+    assert len(posts(other)) == 1
