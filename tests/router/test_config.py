@@ -45,3 +45,16 @@ def test_env_interpolation_and_missing_variable(monkeypatch):
     with pytest.raises(ConfigError) as err:
         parse("backends:\n  - {name: a, url: 'http://h', models: [m], api_key: '${UPSTREAM_KEY}'}\n", source="f.yaml")
     assert "backends[0].api_key: environment variable UPSTREAM_KEY is not set" in str(err.value)
+
+
+def test_manage_check_reports_an_invalid_config(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "router.yaml"
+    bad.write_text("backends:\n  - {name: a, url: 'http://h', models: [m], wieght: 2}\n")
+    env = {**os.environ, "ROUTER_CONFIG": str(bad), "ROUTER_VAR_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "router.E002" in out.stderr and "backends[0].wieght: unknown key" in out.stderr
