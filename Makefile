@@ -23,7 +23,7 @@ test: setup-dev
 
 lint: setup-dev
 	@$(PY) -m ruff check .
-	@$(PY) -m mypy router/core appproxy/wire.py appproxy/envelope.py appproxy/plan.py appproxy/jwtauth.py --ignore-missing-imports
+	@$(PY) -m mypy router/core router/runtime.py appproxy
 
 check: lint test
 

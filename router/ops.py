@@ -8,6 +8,9 @@ import orjson
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from appproxy.status import readiness as appproxy_readiness
+from appproxy.status import worker_status
+
 from .runtime import get_runtime
 
 
@@ -22,12 +25,7 @@ async def livez(request: HttpRequest) -> HttpResponse:
 def readiness() -> tuple[bool, dict]:
     rt = get_runtime()
     checks = {"snapshot": rt.ready}
-    try:
-        from appproxy.status import readiness as appproxy_readiness
-
-        checks.update(appproxy_readiness())
-    except ImportError:
-        pass
+    checks.update(appproxy_readiness())
     return all(checks.values()), checks
 
 
@@ -83,10 +81,5 @@ async def status(request: HttpRequest) -> HttpResponse:
         ],
         "last_error": rt.last_error,
     }
-    try:
-        from appproxy.status import worker_status
-
-        body["appproxy"] = worker_status()
-    except ImportError:
-        pass
+    body["appproxy"] = worker_status()
     return _json(body)

@@ -15,12 +15,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import cast
 
 import httpx
 import orjson
 from django.conf import settings
 from django.db import connections
 from httpx_aiohttp import AiohttpTransport
+
+from keys.gate import KeyGate, Mode
+from keys.ratelimit import ClusterLimiter, NodeLimiter, make_limiter
 
 from . import observe
 from .core.health import BackendState, StateTable
@@ -73,8 +77,8 @@ class Runtime:
         self.selector = Selector("weighted_round_robin")
         self.client: httpx.AsyncClient | None = None
         self.transport: httpx.AsyncBaseTransport | None = None
-        self.gate = None  # keys.gate.KeyGate for the current snapshot
-        self.limiter = None
+        self.gate: KeyGate | None = None  # the key gate of the current snapshot
+        self.limiter: NodeLimiter | ClusterLimiter | None = None
         self.capacity_changed: asyncio.Condition | None = None
         self.waiting = 0
         self._ready = asyncio.Event()
@@ -194,24 +198,20 @@ class Runtime:
             state.on_success(latency_ms, now)
         else:
             state.on_failure(now)
-        if self.waiting and self.capacity_changed is not None and self.loop is not None:
-            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._notify_capacity()))
+        loop = self.loop
+        if self.waiting and self.capacity_changed is not None and loop is not None:
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._notify_capacity()))
 
     async def _notify_capacity(self) -> None:
         assert self.capacity_changed is not None
         async with self.capacity_changed:
             self.capacity_changed.notify_all()
 
-    def _make_gate(self, snap: Snapshot):
-        try:
-            from keys.gate import KeyGate
-            from keys.ratelimit import make_limiter
-        except ImportError:
-            return None
+    def _make_gate(self, snap: Snapshot) -> KeyGate:
         if self.limiter is None or getattr(self.limiter, "scope", None) != snap.rate_limit_scope:
             options = {"prefix": settings.ROUTER_REDIS_PREFIX + "ratelimit:"} if snap.rate_limit_scope == "cluster" else {}
             self.limiter = make_limiter(snap.rate_limit_scope, **options)
-        return KeyGate(snap.keyring, snap.api_keys_mode, self.limiter)
+        return KeyGate(snap.keyring, cast(Mode, snap.api_keys_mode), self.limiter)
 
     # -- background ------------------------------------------------------
     async def _listen(self) -> None:
@@ -257,7 +257,7 @@ class Runtime:
         except Exception:
             return
         for name, value in data.items():
-            key = name.decode()
+            key = name.decode() if isinstance(name, bytes) else name
             if key in self.snapshot.backends:
                 self.states.get(key).probe_healthy = value == b"1"
 

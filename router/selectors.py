@@ -54,20 +54,11 @@ def compile_snapshot() -> Snapshot:
     revision = current_revision()
     cfg = routing_document()
     backends = {row.name: _spec(row) for row in Backend.objects.all()}
-    keyring = None
-    try:
-        from keys.selectors import compile_keyring
+    from appproxy.selectors import compile_ingress
+    from keys.selectors import compile_keyring
 
-        keyring = compile_keyring()
-    except ImportError:  # keys app not installed in this build
-        pass
-    ingress = None
-    try:
-        from appproxy.selectors import compile_ingress
-
-        ingress = compile_ingress(cfg)
-    except ImportError:
-        pass
+    keyring = compile_keyring()
+    ingress = compile_ingress(cfg)
     h = cfg.health
     return Snapshot(
         revision=revision,
