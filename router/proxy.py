@@ -64,8 +64,12 @@ def _peer(request: HttpRequest) -> str:
     return client[0] if client else request.META.get("REMOTE_ADDR", "")
 
 
-async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
-    """Entry point of every POST /v1/<endpoint>."""
+async def handle(request: HttpRequest, endpoint: str, *, raw: bytes | None = None) -> HttpResponse:
+    """Entry point of every POST /v1/<endpoint>.
+
+    `raw` replaces the request body: a front-end adapter (e.g. the Anthropic
+    /v1/messages surface) converts its request and runs this same pipeline.
+    """
     started = time.perf_counter()
     rt = get_runtime()
     obs: dict[str, Any] = {"endpoint": endpoint}
@@ -75,7 +79,7 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
             if not await rt.wait_ready(10.0):
                 raise NotReady()
         snap = rt.snapshot
-        env = _envelope(request, endpoint, snap)
+        env = _envelope(request, endpoint, snap, raw)
         obs["model"] = env.model
         obs["request_id"] = env.request_id
         selector_field = path_selector(env.body)
@@ -119,17 +123,18 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponse:
         return error_response(exc)
 
 
-def _envelope(request: HttpRequest, endpoint: str, snap: Snapshot) -> Envelope:
+def _envelope(request: HttpRequest, endpoint: str, snap: Snapshot, raw: bytes | None = None) -> Envelope:
     headers = _headers(request)
-    length = headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > snap.max_body_bytes:
-        raise RequestTooLarge(
-            f"The request body is {length} bytes; the limit is {snap.max_body_bytes} bytes."
-        )
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise RequestTooLarge(f"The request body is larger than {snap.max_body_bytes} bytes.") from None
+    if raw is None:
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > snap.max_body_bytes:
+            raise RequestTooLarge(
+                f"The request body is {length} bytes; the limit is {snap.max_body_bytes} bytes."
+            )
+        try:
+            raw = request.body
+        except RequestDataTooBig:
+            raise RequestTooLarge(f"The request body is larger than {snap.max_body_bytes} bytes.") from None
     body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
     peer = _peer(request)
     client_ip = peer
