@@ -14,6 +14,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
+from .fields import EDITABLE
 from .models import ApiKey, KeySource
 from .services import (
     clean_allowed_models,
@@ -46,14 +47,7 @@ class ApiKeyForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = (
-            "name",
-            "owner",
-            "allowed_models",
-            "expires_at",
-            "rate_limit",
-            "allowed_client_ips",
-        )
+        fields = EDITABLE
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
