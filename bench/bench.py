@@ -153,6 +153,7 @@ async def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--api-key", action="store_true", help="blocking mode, requests carry a valid key")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--log-level", default="INFO", help="router ROUTER_LOG_LEVEL (INFO logs one line per request)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="router-bench-"))
@@ -163,7 +164,7 @@ async def main() -> None:
         f"api_keys:\n  mode: {'blocking' if args.api_key else 'open'}\n"
         "health:\n  enabled: false\n"
     )
-    env = {**os.environ, "ROUTER_CONFIG": str(cfg), "ROUTER_VAR_DIR": str(tmp), "ROUTER_LOG_LEVEL": "WARNING",
+    env = {**os.environ, "ROUTER_CONFIG": str(cfg), "ROUTER_VAR_DIR": str(tmp), "ROUTER_LOG_LEVEL": args.log_level,
            "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "PYTHONUNBUFFERED": "1"}
     subprocess.run([PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
     headers = {"content-type": "application/json"}
@@ -196,7 +197,8 @@ async def main() -> None:
     finally:
         stop(router)
         stop(backend)
-    print(f"server={args.server} api_key={args.api_key} (router pinned to cpu0; backend+load on cpu1)")
+    print(f"server={args.server} api_key={args.api_key} log_level={args.log_level} "
+          "(router pinned to cpu0; backend+load on cpu1)")
     print(f"{'scenario':<11}{'conc':>5}{'router rps':>12}{'direct rps':>12}{'cpu ms/req':>12}{'added p50':>11}{'added 1st':>11}{'errors':>8}")
     for r in rows:
         def f(v):
