@@ -7,6 +7,7 @@ from ninja import NinjaAPI
 
 from . import models_api, proxy
 from .core.errors import MethodNotAllowed, NotFound
+from .frontends import messages
 
 api = NinjaAPI(
     title="LLM router /v1",
@@ -37,6 +38,12 @@ async def responses(request: HttpRequest) -> HttpResponse:
     return await proxy.handle(request, "responses")
 
 
+@api.post("/messages", include_in_schema=False)
+async def create_message(request: HttpRequest) -> HttpResponse:
+    """The Anthropic Messages surface (CORE-11); errors are Anthropic-shaped."""
+    return await messages.create_message(request)
+
+
 @api.get("/models", include_in_schema=False)
 async def list_models(request: HttpRequest) -> HttpResponse:
     return await models_api.list_models(request)
@@ -57,10 +64,15 @@ async def _method_not_allowed(request: HttpRequest, **kwargs) -> HttpResponse:
 for _path in ("/chat/completions", "/completions", "/embeddings", "/responses"):
     api.api_operation(_OTHER, _path, include_in_schema=False)(_method_not_allowed)
 api.api_operation(["POST", "PUT", "PATCH", "DELETE"], "/models", include_in_schema=False)(_method_not_allowed)
+# Clients of /v1/messages speak Anthropic: its 404/405 use Anthropic's error shape.
+api.api_operation(_OTHER, "/messages", include_in_schema=False)(messages.method_not_allowed)
 
 
 async def unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
-    """Anything else under /v1: OpenAI-shaped 404/405, never an HTML page."""
+    """Anything else under /v1: OpenAI-shaped 404/405 (Anthropic-shaped under
+    /v1/messages), never an HTML page."""
+    if rest.strip("/") == "messages" or rest.startswith("messages/"):
+        return messages.unknown(request, rest)
     known = {"chat/completions", "completions", "embeddings", "responses", "models"}
     if rest.strip("/") in known or rest.startswith("models/"):
         exc = MethodNotAllowed(f"Method {request.method} is not allowed on /v1/{rest}.")

@@ -64,7 +64,9 @@ def _peer(request: HttpRequest) -> str:
     return client[0] if client else request.META.get("REMOTE_ADDR", "")
 
 
-async def handle(request: HttpRequest, endpoint: str, *, raw: bytes | None = None) -> HttpResponse:
+async def handle(
+    request: HttpRequest, endpoint: str, *, raw: bytes | None = None, frontend: str = "openai"
+) -> HttpResponse:
     """Entry point of every POST /v1/<endpoint>.
 
     `raw` replaces the request body: a front-end adapter (e.g. the Anthropic
@@ -72,7 +74,7 @@ async def handle(request: HttpRequest, endpoint: str, *, raw: bytes | None = Non
     """
     started = time.perf_counter()
     rt = get_runtime()
-    obs: dict[str, Any] = {"endpoint": endpoint}
+    obs: dict[str, Any] = {"endpoint": endpoint, "frontend": frontend}
     try:
         if not rt.ready:
             await rt.start()
