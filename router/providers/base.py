@@ -49,7 +49,9 @@ class Provider(Protocol):
         """Send to `spec`; read the whole body (non-stream) or the first chunk."""
         ...
 
-    def respond(self, exchange: Exchange, env: Envelope, done: Callable[[bool, dict], None]) -> HttpResponseBase: ...
+    def respond(
+        self, exchange: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]
+    ) -> HttpResponseBase: ...
 
 
 def provider_for(kind: str) -> Provider:

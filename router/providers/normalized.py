@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -22,22 +23,13 @@ from ..core.errors import RouterError, UnsupportedParameter, UpstreamError, Upst
 from ..request import Envelope
 from . import ollama
 from .base import Exchange, UpstreamFailed
-from .passthrough import is_timeout, send
+from .passthrough import is_timeout, provider_headers, send
 
 _ENDPOINTS = {
     "chat/completions": ("/api/chat", ollama.chat_request),
     "responses": ("/api/chat", ollama.responses_request),
     "embeddings": ("/api/embed", ollama.embed_request),
 }
-
-
-def _headers(spec: BackendSpec) -> dict[str, str]:
-    headers = {"content-type": "application/json", "accept-encoding": "identity"}
-    if spec.api_key:
-        headers["authorization"] = "Bearer " + spec.api_key.reveal()
-    for name, value in spec.headers:
-        headers[name.lower()] = value
-    return headers
 
 
 class Normalized:
@@ -56,11 +48,12 @@ class Normalized:
         served = spec.served_name(model)
         conversion = convert(env.body, served)  # raises before dispatch
         base = spec.url[:-3] if spec.url.endswith("/v1") else spec.url
-        response, first, ms = await send(
+        sent = await send(
             rt.transport, spec, base + api_path, content=orjson.dumps(conversion.request),
-            headers=_headers(spec), stream=env.stream,
+            headers=provider_headers(spec), stream=env.stream,
         )
-        info = {
+        response, first, ms = sent.response, sent.first, sent.ms
+        info: dict[str, Any] = {
             "served": served,
             "adapter": "ollama",
             "ignored_fields": conversion.ignored_fields,
@@ -68,8 +61,6 @@ class Normalized:
         }
         if response.status_code >= 400:
             status, error = ollama.error_from_ollama(response.status_code, first)
-            if getattr(response, "_router_iter", None) is not None:
-                await response.aclose()
             return Exchange(spec, status, [], "application/json", orjson.dumps(error), upstream_ms=ms, info=info)
         now = int(time.time())
         if not env.stream:
@@ -88,18 +79,21 @@ class Normalized:
             return Exchange(spec, 200, [], "application/json", orjson.dumps(out), upstream_ms=ms, info=info)
         # Streaming: turn NDJSON into SSE; read until the first frame exists so
         # a provider that dies before its first token is still retried.
+        translator: ollama.ChatStream | ollama.ResponsesStream
+        head: list[bytes] = []
         if env.endpoint == "chat/completions":
             options = env.body.get("stream_options")
             include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
             translator = ollama.ChatStream(model=env.model, completion_id=ollama_id("chatcmpl-"), created=now,
                                            include_usage=include_usage)
-            head: list[bytes] = []
         else:
-            translator = ollama.ResponsesStream(model=env.model, response_id=ollama_id("resp_"), created_at=now,
-                                                request_body=env.body)
-            head = translator.start()
+            responses = ollama.ResponsesStream(model=env.model, response_id=ollama_id("resp_"), created_at=now,
+                                               request_body=env.body)
+            head = responses.start()
+            translator = responses
         decoder = ollama.NdjsonDecoder()
-        iterator = response._router_iter  # type: ignore[attr-defined]
+        iterator = sent.rest
+        assert iterator is not None  # a 2xx stream keeps its rest open
         frames: list[bytes] = []
         chunk = first
         try:
@@ -114,7 +108,7 @@ class Normalized:
                     for obj in decoder.close():
                         frames.extend(translator.feed(obj))
                     frames.extend(translator.finish())
-                    iterator = None
+                    sent.rest = None
                     break
         except (RouterError, ValueError, httpx.HTTPError) as exc:
             await response.aclose()
@@ -123,7 +117,7 @@ class Normalized:
         info["translator"] = translator
         return Exchange(
             spec, 200, [], "text/event-stream", b"".join(head + frames),
-            stream=_converted(iterator, decoder, translator) if iterator is not None else _empty(),
+            stream=_converted(iterator, decoder, translator) if sent.rest is not None else _empty(),
             close=response.aclose, upstream_ms=ms, info=info,
         )
 

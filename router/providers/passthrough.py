@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import aiohttp
 import httpx
@@ -49,17 +50,19 @@ def api_base(spec: BackendSpec) -> str:
     return spec.url if spec.url.endswith("/v1") else spec.url + "/v1"
 
 
-def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
-    headers = {"content-type": "application/json", "accept-encoding": "identity"}
-    for name in _FORWARD:
-        value = env.headers.get(name)
-        if value is not None:
-            headers[name] = value
+def provider_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) -> dict[str, str]:
+    """JSON in, no compression, then the provider's auth and configured headers."""
+    headers = {"content-type": "application/json", "accept-encoding": "identity", **(forwarded or {})}
     if spec.api_key:
         headers["authorization"] = "Bearer " + spec.api_key.reveal()
     for name, value in spec.headers:
         headers[name.lower()] = value
     return headers
+
+
+def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
+    forwarded = {name: env.headers[name] for name in _FORWARD if name in env.headers}
+    return provider_headers(spec, forwarded)
 
 
 def request_body(env: Envelope, served: str) -> bytes:
@@ -90,6 +93,16 @@ def _timeout(spec: BackendSpec) -> dict[str, float]:
     }
 
 
+@dataclass(slots=True)
+class Sent:
+    """An upstream answer up to its first byte (stream) or in full."""
+
+    response: httpx.Response
+    first: bytes  # the whole body, or the first chunk of a stream
+    rest: AsyncIterator[bytes] | None  # the rest of a streaming 2xx/3xx body; None once closed
+    ms: float  # time to the first byte
+
+
 async def send(
     transport: httpx.AsyncBaseTransport,
     spec: BackendSpec,
@@ -99,7 +112,7 @@ async def send(
     headers: dict[str, str],
     stream: bool,
     method: str = "POST",
-) -> tuple[httpx.Response, bytes, float]:
+) -> Sent:
     """Send and read up to the first byte (stream) or the whole body.
 
     Everything that fails here is before the client saw a byte: UpstreamFailed.
@@ -112,6 +125,7 @@ async def send(
         if is_timeout(exc):
             raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
         raise UpstreamFailed(f"cannot connect to {spec.name}") from exc
+    iterator = None
     try:
         if stream and response.status_code < 400:
             iterator = response.aiter_raw()
@@ -119,7 +133,6 @@ async def send(
                 first = await anext(iterator)
             except StopAsyncIteration:
                 first = b""
-            response._router_iter = iterator  # type: ignore[attr-defined]
         else:
             first = await response.aread()
             await response.aclose()
@@ -128,7 +141,7 @@ async def send(
         if is_timeout(exc):
             raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
         raise UpstreamFailed(f"{spec.name} closed the connection before answering") from exc
-    return response, first, (time.perf_counter() - started) * 1000.0
+    return Sent(response, first, iterator, (time.perf_counter() - started) * 1000.0)
 
 
 def relay_headers(response: httpx.Response) -> list[tuple[str, str]]:
@@ -140,7 +153,7 @@ class Passthrough:
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         served = spec.served_name(model)
-        response, first, ms = await send(
+        sent = await send(
             rt.transport,
             spec,
             f"{api_base(spec)}/{env.endpoint}",
@@ -148,16 +161,16 @@ class Passthrough:
             headers=upstream_headers(spec, env),
             stream=env.stream,
         )
-        iterator = getattr(response, "_router_iter", None)
+        response = sent.response
         return Exchange(
             spec=spec,
             status=response.status_code,
             headers=relay_headers(response),
             content_type=response.headers.get("content-type", "application/json"),
-            body=first,
-            stream=iterator,
-            close=response.aclose if iterator is not None else None,
-            upstream_ms=ms,
+            body=sent.first,
+            stream=sent.rest,
+            close=response.aclose if sent.rest is not None else None,
+            upstream_ms=sent.ms,
             info={"served": served, "rewrite": served != env.model},
         )
 
