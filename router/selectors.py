@@ -81,6 +81,7 @@ def compile_snapshot() -> Snapshot:
             unhealthy_threshold=h.unhealthy_threshold,
             healthy_threshold=h.healthy_threshold,
         ),
+        health_enabled=h.enabled,
         max_body_bytes=cfg.server.max_body_bytes,
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
         api_keys_mode=cfg.api_keys.mode,

@@ -71,14 +71,7 @@ def probe_backends() -> dict[str, bool]:
 
     snap = compile_snapshot()
     policy = snap.health
-    enabled = True
-    try:
-        from .selectors import routing_document
-
-        enabled = routing_document().health.enabled
-    except Exception:
-        pass
-    if not enabled or policy is None:
+    if not snap.health_enabled or policy is None:
         return {}
     _states.set_policy(policy)
     _states.retain(snap.backends.keys())

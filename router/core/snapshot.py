@@ -38,6 +38,7 @@ class Snapshot:
     retry: RetryPolicy = RetryPolicy()
     queue: QueuePolicy = QueuePolicy()
     health: Any = None  # router.core.health.HealthPolicy
+    health_enabled: bool = True  # active probes (the tasks process)
     max_body_bytes: int = 32 * 1024 * 1024
     trusted_proxies: tuple[Network, ...] = ()
     api_keys_mode: str = "open"
