@@ -30,9 +30,7 @@ LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 async def application(scope, receive, send):
     kind = scope["type"]
     if kind == "http":
-        runtime = get_runtime()
-        if not runtime._started:
-            await runtime.start()
+        await get_runtime().start()  # idempotent: returns at once after the first call
         path = scope["path"]
         if path.startswith("/v1/") or path in LEAN_PATHS:
             await lean_app(scope, receive, send)
