@@ -1,13 +1,13 @@
-"""The /v1 surface (django-ninja, async). Thin: every route calls the pipeline."""
+"""The /v1 surface (django-ninja, async). Thin: every route calls its front door (router/frontends)."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 
-from . import models_api, proxy
 from .core.errors import MethodNotAllowed, NotFound
-from .frontends import messages
+from .frontends import messages, models, openai
+from .frontends.responses import error_response
 
 api = NinjaAPI(
     title="LLM router /v1",
@@ -20,22 +20,22 @@ api = NinjaAPI(
 
 @api.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await proxy.handle(request, "chat/completions")
+    return await openai.handle(request, "chat/completions")
 
 
 @api.post("/completions", include_in_schema=False)
 async def completions(request: HttpRequest) -> HttpResponse:
-    return await proxy.handle(request, "completions")
+    return await openai.handle(request, "completions")
 
 
 @api.post("/embeddings", include_in_schema=False)
 async def embeddings(request: HttpRequest) -> HttpResponse:
-    return await proxy.handle(request, "embeddings")
+    return await openai.handle(request, "embeddings")
 
 
 @api.post("/responses", include_in_schema=False)
 async def responses(request: HttpRequest) -> HttpResponse:
-    return await proxy.handle(request, "responses")
+    return await openai.handle(request, "responses")
 
 
 @api.post("/messages", include_in_schema=False)
@@ -46,19 +46,19 @@ async def create_message(request: HttpRequest) -> HttpResponse:
 
 @api.get("/models", include_in_schema=False)
 async def list_models(request: HttpRequest) -> HttpResponse:
-    return await models_api.list_models(request)
+    return await models.list_models(request)
 
 
 @api.get("/models/{path:model_id}", include_in_schema=False)
 async def get_model(request: HttpRequest, model_id: str) -> HttpResponse:
-    return await models_api.get_model(request, model_id)
+    return await models.get_model(request, model_id)
 
 
 _OTHER = ["GET", "PUT", "PATCH", "DELETE"]
 
 
 async def _method_not_allowed(request: HttpRequest, **kwargs) -> HttpResponse:
-    return proxy.error_response(MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}."))
+    return error_response(MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}."))
 
 
 for _path in ("/chat/completions", "/completions", "/embeddings", "/responses"):
@@ -78,4 +78,4 @@ async def unknown(request: HttpRequest, rest: str = "") -> HttpResponse:
         exc = MethodNotAllowed(f"Method {request.method} is not allowed on /v1/{rest}.")
     else:
         exc = NotFound(f"Unknown path /v1/{rest}. See /v1/models for what this router serves.")
-    return proxy.error_response(exc)
+    return error_response(exc)

@@ -1,29 +1,33 @@
-"""POST /v1/messages: the Anthropic surface on the /v1 pipeline (CORE-11).
+"""POST /v1/messages: the Anthropic door on the one pipeline (CORE-11).
 
-Parse and convert (`anthropic`, pure) → `proxy.handle(request,
-"chat/completions", raw=...)`, so the whole pipeline runs unchanged (key gate
-with `Authorization: Bearer` or `x-api-key`, model routing, retries, fallback,
-capacity, observations) → convert the answer back. Streams are translated
-chunk by chunk, never buffered; closing ours closes the pipeline's relay and
-with it the upstream (CORE-10). `anthropic-version` is accepted and ignored;
-the pipeline forwards only its own allow-list of headers, never that one.
+Parse and convert (`anthropic`, pure) → admit → route, exactly as the OpenAI
+door does (key gate with `Authorization: Bearer` or `x-api-key`, model
+routing, retries, fallback, capacity, observations) → render the `Routed`
+answer as Anthropic's message or events. Streams are translated chunk by
+chunk, never buffered; a client disconnect closes the routed relay and with
+it the upstream (CORE-10). `anthropic-version` is accepted and ignored; the
+pipeline forwards only its own allow-list of headers, never that one.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator
+import time
+from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 import orjson
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from router import proxy
-from router.core.errors import PathSelectorRejected, RequestTooLarge, RouterError, UpstreamError
-from router.frontends import anthropic
-from router.request import path_selector
+from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
+from ..core.errors import RequestTooLarge, RouterError, UpstreamError
+from ..pipeline import Routed, refused, route
+from ..request import Envelope, parse_body
+from . import anthropic
+from .responses import RoutedStream
 
 log = logging.getLogger(__name__)
 
@@ -42,55 +46,66 @@ def _router_error(exc: RouterError) -> HttpResponse:
     return error_response(exc.status, exc.message, exc.headers)
 
 
-async def create_message(request: HttpRequest) -> HttpResponse:
+async def create_message(request: HttpRequest) -> HttpResponseBase:
+    started = time.perf_counter()
+    obs: dict[str, Any] = {"endpoint": "chat/completions", "frontend": "anthropic"}
     try:
         try:
             raw = request.body
         except RequestDataTooBig:
             raise RequestTooLarge() from None
         body = anthropic.parse(raw)
-        selector = path_selector(body)
-        if selector:
-            raise PathSelectorRejected(
-                f"'{selector}' is not accepted: the router picks the execution path from the selected provider's kind.",
-                param=selector,
-            )
+        reject_path_selector(body)
         conversion = anthropic.to_openai(body)
     except RouterError as exc:
         return _router_error(exc)
     if conversion.ignored:
         log.debug("anthropic /v1/messages: ignored %s", "; ".join(conversion.ignored))
-    inner = await proxy.handle(
-        request, "chat/completions", raw=orjson.dumps(conversion.request), frontend="anthropic"
-    )
+    try:
+        snap = await ready_snapshot()
+        headers = headers_of(request)
+        converted = orjson.dumps(conversion.request)
+        request_body, model, stream = parse_body(converted, "chat/completions", snap.max_body_bytes)
+        obs["model"] = model
+        caller = await admit(request, snap, headers=headers, obs=obs)
+        target = caller.pinned or model
+        caller.check_model(target)
+        env = Envelope(
+            endpoint="chat/completions", raw=converted, body=request_body, model=model, stream=stream,
+            headers=headers, client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
+        )
+        routed = await route(caller, env, target, obs, started)
+    except RouterError as exc:
+        refused(exc, obs, started)
+        return _router_error(exc)
     message_id = "msg_" + secrets.token_hex(12)
-    if isinstance(inner, StreamingHttpResponse):
+    response: HttpResponseBase
+    if routed.streaming:
         translator = anthropic.MessageStream(
             model=conversion.model, message_id=message_id, stop_sequences=conversion.stop_sequences
         )
-        response: HttpResponse | StreamingHttpResponse = StreamingHttpResponse(
-            _translated(inner, translator, conversion, message_id),
-            status=inner.status_code,
-            content_type="text/event-stream; charset=utf-8",
+        chunks = _translated(
+            routed.events(), translator, conversion, message_id,
+            status=routed.status, event_stream=routed.content_type.startswith("text/event-stream"),
         )
+        response = RoutedStream(chunks, routed, status=routed.status, content_type="text/event-stream; charset=utf-8")
     else:
-        response = _single(inner, conversion, message_id)
-    for name, value in inner.items():
+        response = _single(routed, conversion, message_id)
+    for name, value in routed.headers:
         if name.lower() not in _NOT_COPIED:
             response[name] = value
     return response
 
 
-def _single(inner: HttpResponse, conversion: anthropic.Conversion, message_id: str) -> HttpResponse:
+def _single(routed: Routed, conversion: anthropic.Conversion, message_id: str) -> HttpResponse:
     """A whole-body answer: a message, an error, or (for a stream request the
     backend answered in one piece) the message replayed as events."""
-    status = inner.status_code
+    status = routed.status
+    content = routed.body()
     if status >= 400:
-        return HttpResponse(
-            anthropic.error_from_openai(status, inner.content), status=status, content_type="application/json"
-        )
+        return HttpResponse(anthropic.error_from_openai(status, content), status=status, content_type="application/json")
     try:
-        message = _message(inner.content, conversion, message_id)
+        message = _message(content, conversion, message_id)
     except RouterError as exc:
         return _router_error(exc)
     if conversion.stream:
@@ -109,35 +124,27 @@ def _message(content: bytes, conversion: anthropic.Conversion, message_id: str) 
     )
 
 
-def _source(inner: StreamingHttpResponse) -> AsyncGenerator[bytes, None]:
-    # Django's `streaming_content` wraps the iterator in a generator that does
-    # not close it when itself closed: iterate the pipeline's own relay so that
-    # closing this stream (client gone) runs the relay's `finally` at once.
-    iterator = getattr(inner, "_iterator", None)
-    if inner.is_async and hasattr(iterator, "aclose"):
-        return iterator  # type: ignore[return-value]
-    return aiter(inner)  # type: ignore[return-value]
-
-
 async def _translated(
-    inner: StreamingHttpResponse,
+    source: AsyncIterator[bytes],
     translator: anthropic.MessageStream,
     conversion: anthropic.Conversion,
     message_id: str,
+    *,
+    status: int = 200,
+    event_stream: bool = True,
 ) -> AsyncIterator[bytes]:
-    """The inner stream, translated. `inner` stays referenced for as long as
-    this generator lives: the pipeline frees the backend slot when the inner
-    response is garbage-collected unread."""
-    event_stream = inner.get("Content-Type", "").startswith("text/event-stream")
-    async with aclosing(_source(inner)) as chunks:
+    """The routed stream (OpenAI wire bytes), translated to Anthropic events.
+    Closing this generator closes `source` at once (its `finally` closes the
+    upstream)."""
+    async with aclosing(source) as chunks:  # type: ignore[type-var]
         if not event_stream:  # one JSON document, not a token stream
-            body = b"".join([inner.make_bytes(chunk) async for chunk in chunks])
+            body = b"".join([chunk async for chunk in chunks])
             try:
-                if inner.status_code >= 400:
+                if status >= 400:
                     raise UpstreamError(anthropic.error_message(body))
                 frames = anthropic.message_events(_message(body, conversion, message_id))
             except RouterError as exc:
-                kind = anthropic.error_type(inner.status_code if inner.status_code >= 400 else exc.status)
+                kind = anthropic.error_type(status if status >= 400 else exc.status)
                 frames = [anthropic.error_frame(kind, exc.message)]
             yield b"".join(frames)
             return
@@ -145,7 +152,7 @@ async def _translated(
             async for chunk in chunks:
                 # After a terminal frame we keep draining (feed returns nothing)
                 # so the relay ends normally and records a completed stream.
-                out = translator.feed(inner.make_bytes(chunk))
+                out = translator.feed(chunk)
                 if out:
                     yield b"".join(out)
         except Exception:  # the relay reports upstream failures itself; this is ours

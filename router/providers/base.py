@@ -3,7 +3,8 @@
 A provider turns one selected backend + request into an `Exchange` — the
 upstream answer up to (and including) its first bytes, before anything has
 been sent to the client — so the pipeline can still retry elsewhere. Then
-`respond()` turns the exchange into the client's response.
+`finish()` / `relay()` give the client's body or stream in OpenAI's wire
+format, which each front door renders (router/pipeline.py `Routed`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from django.http import HttpResponseBase
-
     from ..core.backend import BackendSpec
     from ..request import Envelope
     from ..runtime import Runtime
@@ -49,9 +48,17 @@ class Provider(Protocol):
         """Send to `spec`; read the whole body (non-stream) or the first chunk."""
         ...
 
-    def respond(
+    def finish(self, exchange: Exchange, env: Envelope) -> tuple[bytes, dict]:
+        """A non-streaming answer: (the client's body in OpenAI's shape, observation info)."""
+        ...
+
+    def relay(
         self, exchange: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]
-    ) -> HttpResponseBase: ...
+    ) -> AsyncIterator[bytes]:
+        """A streaming answer as OpenAI wire bytes, chunk by chunk. Its `finally`
+        closes the upstream and calls `done(ok, info)` exactly once (ok: True
+        ended, False failed mid-stream, None the consumer left)."""
+        ...
 
 
 def provider_for(kind: str) -> Provider:

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import orjson
-from django.http import HttpResponse, StreamingHttpResponse
 
 from ..core.backend import BackendSpec
 from ..core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
@@ -121,14 +120,12 @@ class Normalized:
             close=response.aclose, upstream_ms=ms, info=info,
         )
 
-    def respond(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]):
-        if not env.stream or ex.status >= 400:
-            done(ex.status < 500, {"usage": ex.info.get("usage")})
-            return HttpResponse(ex.body, status=ex.status, content_type=ex.content_type)
-        response = StreamingHttpResponse(_relay(ex, done), status=200, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
+    def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
+        """The converted whole body (`start` already built it)."""
+        return ex.body, {"usage": ex.info.get("usage")}
+
+    def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
+        return _relay(ex, done)
 
 
 async def _empty() -> AsyncIterator[bytes]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 import orjson
-from django.http import HttpResponse, StreamingHttpResponse
 
 from ..core.backend import BackendSpec
 from ..core.errors import UpstreamError, UpstreamTimeout
@@ -174,31 +173,24 @@ class Passthrough:
             info={"served": served, "rewrite": served != env.model},
         )
 
-    def respond(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]):
-        rewrite = ex.info.get("rewrite", False)
-        if ex.stream is None:
-            body = ex.body
-            info: dict = {}
-            if ex.status < 400 and body[:1] == b"{":
-                try:
-                    obj = orjson.loads(body)
-                except orjson.JSONDecodeError:
-                    obj = None
-                if isinstance(obj, dict):
-                    info["usage"] = obj.get("usage")
-                    if rewrite and "model" in obj:
-                        obj["model"] = env.model
-                        body = orjson.dumps(obj)
-            done(ex.status < 500, info)
-            response = HttpResponse(body, status=ex.status, content_type=ex.content_type)
-        else:
-            relay = _relay(ex, env, done, rewrite)
-            response = StreamingHttpResponse(relay, status=ex.status, content_type=ex.content_type)
-            response["Cache-Control"] = "no-cache"
-            response["X-Accel-Buffering"] = "no"
-        for name, value in ex.headers:
-            response[name] = value
-        return response
+    def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
+        """The whole body as the client gets it (the served name undone)."""
+        body = ex.body
+        info: dict = {}
+        if ex.status < 400 and body[:1] == b"{":
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                info["usage"] = obj.get("usage")
+                if ex.info.get("rewrite", False) and "model" in obj:
+                    obj["model"] = env.model
+                    body = orjson.dumps(obj)
+        return body, info
+
+    def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
+        return _relay(ex, env, done, ex.info.get("rewrite", False))
 
 
 def _model_rewriter(served: str, requested: str) -> Callable[[bytes], bytes]:

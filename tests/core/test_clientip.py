@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keys.clientip import client_ip
+from router.core.clientip import client_ip
 from router.core.ipnets import parse_networks
 
 TRUSTED = parse_networks(["10.0.0.0/8", "fd00::/8"])

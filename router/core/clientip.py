@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from router.core.ipnets import Network, ip_allowed
+from .ipnets import Network, ip_allowed
 
 
 def _normalise(hop: str) -> str:

@@ -1,0 +1,146 @@
+"""Admission: who is calling, through which host, and may they use this model.
+
+Every front door (OpenAI `/v1/*`, Anthropic `/v1/messages`, `/v1/models`)
+admits its request here, in the same order:
+
+ 1 the process has a routing snapshot                → 503 not_ready
+ 2 headers, TCP peer, client address (trusted proxies: rightmost untrusted hop)
+ 3 Host ingress (an AppProxy circuit host, when installed)
+                                                     → 404 endpoint_not_found, 401 JWT, 403 IP
+ 4 the key gate (not on a circuit host: the circuit's own rules apply there)
+                                                     → 401 / 403 / 429
+ 5 model access (`Caller.check_model`)              → 403 model_not_allowed / 404 model_not_found
+
+The front door parses its own body first (its 400/413 come before 503 and
+auth, as before), then calls `admit`. Nothing here touches the DB: all of it
+is read from the snapshot the request started with.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest
+
+from .core.clientip import client_ip as resolve_client_ip
+from .core.errors import ModelNotFound, NotReady, PathSelectorRejected
+from .core.snapshot import Snapshot
+from .request import path_selector
+from .runtime import get_runtime
+
+
+@dataclass(slots=True)
+class Caller:
+    """An admitted request: what every later stage reads about the caller."""
+
+    snap: Snapshot
+    headers: dict[str, str]  # lower-case names
+    client_ip: str
+    host: str
+    request_id: str
+    gate: Any = None  # the key gate in force (None: open, or a circuit host)
+    key: Any = None  # the caller's key record, when the gate admitted one
+    pinned: str | None = None  # the model a circuit host pins
+    scope: str | None = None  # backend-name prefix of the circuit's own replicas
+
+    def known(self, model: str) -> bool:
+        return model == self.pinned if self.pinned is not None else self.snap.known(model)
+
+    def check_model(self, model: str) -> None:
+        """403 / 404 for a model this caller may not use (same rules everywhere)."""
+        known = self.known(model)
+        if self.gate is not None:
+            self.gate.check_model(self.key, model, known=known)
+        elif not known:
+            raise ModelNotFound(f"The model '{model}' does not exist.", param="model")
+
+    def visible(self, names: list[str]) -> list[str]:
+        return self.gate.visible(self.key, names) if self.gate is not None else names
+
+
+async def ready_snapshot() -> Snapshot:
+    """The current snapshot; waits (≤ 10 s) for the first one of a new process."""
+    rt = get_runtime()
+    if not rt.ready:
+        await rt.start()
+        if not await rt.wait_ready(10.0):
+            raise NotReady()
+    return rt.snapshot
+
+
+def headers_of(request: HttpRequest) -> dict[str, str]:
+    """Lower-case request headers straight from the ASGI scope (cheap)."""
+    scope = getattr(request, "scope", None)
+    if scope is not None:
+        return {k.decode("latin1").lower(): v.decode("latin1") for k, v in scope["headers"]}
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
+def peer_of(request: HttpRequest) -> str:
+    scope = getattr(request, "scope", None)
+    client = scope.get("client") if scope else None
+    return client[0] if client else request.META.get("REMOTE_ADDR", "")
+
+
+def reject_path_selector(body: dict[str, Any]) -> None:
+    """MIX-2: a client field may not choose the execution path."""
+    field = path_selector(body)
+    if field:
+        raise PathSelectorRejected(
+            f"'{field}' is not accepted: the router picks the execution path from the selected provider's kind.",
+            param=field,
+        )
+
+
+async def admit(
+    request: HttpRequest,
+    snap: Snapshot,
+    *,
+    headers: dict[str, str] | None = None,
+    body: dict[str, Any] | None = None,
+    obs: dict[str, Any] | None = None,
+) -> Caller:
+    """Admit one request (steps 2–4 above); raises a RouterError to refuse it.
+
+    `body` (the parsed request, when the door has one in OpenAI's shape) is
+    checked for path selectors (MIX-2) before auth; `obs` (the request's
+    observation) gets the request id and the key's name. Step 5 is
+    `Caller.check_model`, called by the door with the name it serves (for
+    inference: `caller.pinned or` the asked model).
+    """
+    if headers is None:
+        headers = headers_of(request)
+    client_ip = peer = peer_of(request)
+    if snap.trusted_proxies:
+        client_ip = resolve_client_ip(peer, headers.get("x-forwarded-for"), snap.trusted_proxies)
+    caller = Caller(
+        snap=snap,
+        headers=headers,
+        client_ip=client_ip,
+        host=headers.get("host", ""),
+        request_id=headers.get("x-request-id") or uuid.uuid4().hex,
+    )
+    if obs is not None:
+        obs["request_id"] = caller.request_id
+    if body is not None:
+        reject_path_selector(body)
+    if snap.ingress is not None:
+        # Host → circuit: auth (JWT, IPs) is checked here, before any fallback;
+        # a registered circuit pins its canonical model, which counts as known
+        # even while it has no routes (LEG-5/6/7), and scopes selection to that
+        # circuit's own replicas. A circuit host is governed by its circuit's
+        # own rules, the key gate by every other host (docs/appproxy.md).
+        target = snap.ingress.resolve_target(caller, snap)
+        if target is not None:
+            caller.pinned, caller.scope = target
+    if caller.pinned is None:
+        gate = get_runtime().gate
+        if gate is not None:
+            caller.gate = gate
+            caller.key = await gate.admit(headers, client_ip, time.time())
+            if caller.key is not None and obs is not None:
+                obs["key"] = caller.key.name
+    return caller

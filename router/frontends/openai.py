@@ -1,0 +1,70 @@
+"""The OpenAI door: POST /v1/chat/completions, /completions, /embeddings, /responses.
+
+ 1 parse the envelope (orjson; raw bytes kept)   → 400 / 413
+ 2 admit (router/admission.py)                   → 503, ingress 404/401/403, key 401/403/429
+ 3 model access                                  → 403 / 404 model_not_found
+ 4 route (router/pipeline.py)                    → the provider's answer, or 429/502/503/504
+ 5 render: the upstream's OpenAI bytes as they come (streams chunk by chunk)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+
+from ..admission import admit, headers_of, ready_snapshot
+from ..core.errors import RequestTooLarge, RouterError
+from ..core.snapshot import Snapshot
+from ..pipeline import Routed, refused, route
+from ..request import Envelope, parse_body
+from .responses import RoutedStream, error_response
+
+
+async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
+    """Entry point of every POST /v1/<endpoint>."""
+    started = time.perf_counter()
+    obs: dict[str, Any] = {"endpoint": endpoint, "frontend": "openai"}
+    try:
+        snap = await ready_snapshot()
+        headers = headers_of(request)
+        raw = read_body(request, headers, snap)
+        body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
+        obs["model"] = model
+        caller = await admit(request, snap, headers=headers, body=body, obs=obs)
+        target = caller.pinned or model
+        caller.check_model(target)
+        env = Envelope(
+            endpoint=endpoint, raw=raw, body=body, model=model, stream=stream, headers=headers,
+            client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
+        )
+        routed = await route(caller, env, target, obs, started)
+    except RouterError as exc:
+        refused(exc, obs, started)
+        return error_response(exc)
+    return render(routed)
+
+
+def read_body(request: HttpRequest, headers: dict[str, str], snap: Snapshot) -> bytes:
+    """The request body, refused (413) before it is read when it declares too much."""
+    length = headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > snap.max_body_bytes:
+        raise RequestTooLarge(f"The request body is {length} bytes; the limit is {snap.max_body_bytes} bytes.")
+    try:
+        return request.body
+    except RequestDataTooBig:
+        raise RequestTooLarge(f"The request body is larger than {snap.max_body_bytes} bytes.") from None
+
+
+def render(routed: Routed) -> HttpResponseBase:
+    """OpenAI in, OpenAI out: relay the provider's answer as it comes."""
+    response: HttpResponseBase
+    if routed.streaming:
+        response = RoutedStream(routed.events(), routed, status=routed.status, content_type=routed.content_type)
+    else:
+        response = HttpResponse(routed.body(), status=routed.status, content_type=routed.content_type)
+    for name, value in routed.headers:
+        response[name] = value
+    return response

@@ -1,0 +1,35 @@
+"""Django responses shared by the front doors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from django.http import HttpResponse, StreamingHttpResponse
+
+from ..core.errors import RouterError
+from ..pipeline import Routed
+
+
+def error_response(exc: RouterError) -> HttpResponse:
+    """An OpenAI-shaped error, with the error's own headers (e.g. Retry-After)."""
+    response = HttpResponse(exc.to_body(), status=exc.status, content_type="application/json")
+    for name, value in exc.headers.items():
+        response[name] = value
+    return response
+
+
+class RoutedStream(StreamingHttpResponse):
+    """A stream over a `Routed` result. Django calls `close()` once the
+    response is done with — sent, failed, or the client gone before the first
+    byte — and so the backend slot and the upstream are freed in every case,
+    also for a stream that was never iterated."""
+
+    def __init__(self, content: AsyncIterator[bytes], routed: Routed, *, status: int, content_type: str) -> None:
+        super().__init__(content, status=status, content_type=content_type)
+        self.routed = routed
+        self["Cache-Control"] = "no-cache"
+        self["X-Accel-Buffering"] = "no"
+
+    def close(self) -> None:
+        super().close()
+        self.routed.abandon()

@@ -1,0 +1,299 @@
+"""Routing: one admitted request → one upstream answer, as a `Routed` result.
+
+ 5 select ONCE per attempt  (health, capacity, priority, weights, strategy)
+ 6 dispatch by the selected backend's kind → its provider (registry)
+ 7 retry before the first byte; fallback chain when none is left
+ 8 observe                  (bounded queue, never in the response)
+
+The pipeline knows no wire format of its callers: `route()` returns a
+`Routed` — the provider that got the slot, the upstream answer up to its
+first byte, and the observation — and each front door renders it in its own
+format (OpenAI bytes as they come, Anthropic events, …). `Routed` owns the
+backend slot and the upstream connection until its body is taken or its
+events end; `aclose()` (or `async with routed`) frees both in every case,
+including a stream that was never read.
+
+No DB query and no blocking call happens here: everything is read from the
+snapshot the request started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from . import observe
+from .admission import Caller
+from .core.errors import (
+    CapacityExhausted,
+    NoBackendAvailable,
+    RouterError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from .core.health import BackendState
+from .core.selection import Candidate, all_at_capacity, prefix_key
+from .providers import provider_for
+from .providers.base import Exchange, Provider, UpstreamFailed
+from .request import Envelope
+from .runtime import Runtime, get_runtime
+
+
+class Routed:
+    """A routed request: rendered by a front door, closed exactly once.
+
+    - `streaming` is False: `body()` is the whole answer in OpenAI's shape
+      (the verdict and observation are recorded when it is taken).
+    - `streaming` is True: `events()` yields the answer's OpenAI wire bytes
+      chunk by chunk as they arrive; the upstream is closed and the slot
+      freed when they end, fail, or the consumer goes away.
+    """
+
+    __slots__ = ("_finished", "_relay", "_rt", "_started", "_state", "env", "exchange", "obs", "provider")
+
+    def __init__(
+        self,
+        rt: Runtime,
+        provider: Provider | None,
+        exchange: Exchange,
+        env: Envelope,
+        obs: dict[str, Any],
+        started: float,
+        state: BackendState | None,
+    ) -> None:
+        self.provider = provider
+        self.exchange = exchange
+        self.env = env
+        self.obs = obs
+        self._rt = rt
+        self._state = state
+        self._started = started
+        self._finished = state is None  # an as-is error relay holds nothing
+        self._relay: AsyncIterator[bytes] | None = None
+
+    @property
+    def status(self) -> int:
+        return self.exchange.status
+
+    @property
+    def content_type(self) -> str:
+        return self.exchange.content_type
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        """Upstream response headers worth relaying (hop-by-hop ones removed)."""
+        return self.exchange.headers
+
+    @property
+    def streaming(self) -> bool:
+        return self.exchange.stream is not None
+
+    def body(self) -> bytes:
+        """The whole answer (non-streaming); records the verdict."""
+        if self.provider is None:
+            return self.exchange.body
+        body, info = self.provider.finish(self.exchange, self.env)
+        self._done(self.exchange.status < 500, info)
+        return body
+
+    def events(self) -> AsyncIterator[bytes]:
+        """The stream's OpenAI wire bytes (created once)."""
+        if self._relay is None:
+            assert self.provider is not None and self.streaming
+            self._relay = self.provider.relay(self.exchange, self.env, self._done)
+        return self._relay
+
+    async def aclose(self) -> None:
+        """Free the slot and the upstream; idempotent. A stream closed before
+        its end records no health verdict (the client left, not the backend)."""
+        relay = self._relay
+        if relay is not None:
+            try:
+                await relay.aclose()  # type: ignore[attr-defined]
+            except RuntimeError:  # already running: its own finally will finish it
+                return
+        if not self._finished:
+            self._done(None, {})
+            close = self.exchange.close
+            if close is not None:
+                await close()
+
+    def abandon(self) -> None:
+        """`aclose()` from synchronous code (a response's close())."""
+        if self._finished:  # the body was taken, or the relay's own finally ran
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = self._rt.loop
+            if loop is None:
+                return
+            loop.call_soon_threadsafe(lambda: loop.create_task(self.aclose()))
+            return
+        loop.create_task(self.aclose())
+
+    async def __aenter__(self) -> Routed:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _done(self, ok: bool | None, info: dict) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        assert self._state is not None
+        self._rt.release(self._state, ok=ok, latency_ms=self.exchange.upstream_ms)
+        obs = self.obs
+        obs["latency_ms"] = (time.perf_counter() - self._started) * 1000.0
+        obs["usage"] = info.get("usage")
+        if ok is False:
+            obs["stream_error"] = True
+        elif ok is None:
+            obs["client_disconnected"] = True
+        observe.record(obs)
+
+
+def refused(exc: RouterError, obs: dict[str, Any], started: float) -> None:
+    """Observe a request the router refused or could not serve."""
+    obs["status"] = exc.status
+    obs["error"] = exc.code
+    obs["latency_ms"] = (time.perf_counter() - started) * 1000.0
+    observe.record(obs)
+
+
+async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], started: float) -> Routed:
+    """Select, dispatch, retry and fall back; the first usable answer wins."""
+    rt = get_runtime()
+    snap = caller.snap
+    chain = (model, *snap.fallback_chains.get(model, ()))
+    pkey = prefix_key(env.body) if snap.strategy == "prefix_hash" else None
+    retry = snap.retry
+    attempts = 0
+    hops: list[str] = []
+    last: Exchange | None = None
+    last_failure: UpstreamFailed | None = None
+    obs.setdefault("queue", "direct")
+    for depth, target in enumerate(chain):
+        if depth > 0:
+            hops.append(target)
+        tried: set[str] = set()
+        while attempts < retry.max_attempts:
+            cand = await _acquire(rt, caller, target, tried, pkey, obs, caller.scope if depth == 0 else None)
+            if cand is None:
+                break
+            spec, state = cand.spec, cand.state
+            tried.add(spec.name)
+            attempts += 1
+            provider = provider_for(spec.kind)
+            # The selection is observed even when the provider rejects the
+            # request before dispatch (unsupported field, no adapter): MIX-6.
+            obs.update(provider=spec.name, kind=spec.kind, path=provider.path)
+            try:
+                ex = await provider.start(rt, spec, env, target)
+            except UpstreamFailed as failure:
+                rt.release(state, ok=False)
+                last_failure = failure
+                obs.setdefault("failures", []).append(spec.name)
+                if retry.backoff_s and attempts < retry.max_attempts:
+                    await asyncio.sleep(retry.backoff_s * attempts)
+                continue
+            except RouterError:
+                rt.release(state, ok=True)  # rejected before dispatch (e.g. unsupported field)
+                raise
+            except asyncio.CancelledError:
+                rt.release(state, ok=None)  # the client left while we waited upstream
+                raise
+            if ex.status in retry.retry_on_status and attempts < retry.max_attempts:
+                if ex.close is not None:
+                    await ex.close()
+                rt.release(state, ok=ex.status < 500 and ex.status != 429)
+                last = ex
+                obs.setdefault("failures", []).append(f"{spec.name}:{ex.status}")
+                continue
+            obs.update(
+                provider=spec.name,
+                kind=spec.kind,
+                path=provider.path,
+                served=ex.info.get("served"),
+                hops=hops,
+                attempts=attempts,
+                status=ex.status,
+                ttft_ms=(time.perf_counter() - started) * 1000.0 if env.stream else None,
+                upstream_ms=ex.upstream_ms,
+                routed_model=target,
+            )
+            for key in ("adapter", "ignored_fields"):
+                if key in ex.info:
+                    obs[key] = ex.info[key]
+            return Routed(rt, provider, ex, env, obs, started, state)
+        if attempts >= retry.max_attempts:
+            break
+    obs["hops"] = hops
+    obs["attempts"] = attempts
+    if last is not None:  # relay the provider's own last error as it came
+        obs["status"] = last.status
+        observe.record(obs)
+        return Routed(rt, None, Exchange(last.spec, last.status, [], last.content_type, last.body), env, obs,
+                      started, None)
+    if last_failure is not None:
+        if last_failure.timeout:
+            raise UpstreamTimeout(f"No backend for '{model}' answered in time.")
+        raise UpstreamError(f"Every backend tried for '{model}' failed ({last_failure.reason}).")
+    raise NoBackendAvailable(f"No healthy backend is available for '{model}'.")
+
+
+async def _acquire(
+    rt: Runtime, caller: Caller, model: str, exclude: set[str], pkey: bytes | None, obs: dict,
+    scope: str | None = None,
+) -> Candidate | None:
+    """Select once and take the slot; queue (bounded) when all are at capacity."""
+    snap = caller.snap
+    candidates = rt.candidates(snap, model, scope)
+    if not candidates:
+        return None
+    group = scope or model
+    now = time.monotonic()
+    picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
+    if picked is not None:
+        picked.state.on_start()
+        return picked
+    if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
+        return None
+    # Every usable provider is at capacity: wait for a slot, bounded.
+    policy = snap.queue
+    if rt.waiting >= policy.max_waiting or policy.max_wait_s <= 0:
+        obs["queue"] = "rejected"
+        raise CapacityExhausted(headers={"Retry-After": "1"})
+    obs["queue"] = "queued"
+    queued_at = time.monotonic()
+    deadline = queued_at + policy.max_wait_s
+    cond = rt.capacity_changed
+    assert cond is not None
+    rt.waiting += 1
+    try:
+        async with cond:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    obs["queue"] = "timeout"
+                    raise CapacityExhausted(
+                        f"Every provider of '{model}' stayed at capacity for {policy.max_wait_s:g}s.",
+                        headers={"Retry-After": "1"},
+                    )
+                try:
+                    await asyncio.wait_for(cond.wait(), remaining)
+                except TimeoutError:
+                    continue
+                now = time.monotonic()
+                picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
+                if picked is not None:
+                    picked.state.on_start()
+                    obs["queue_ms"] = (now - queued_at) * 1000.0
+                    return picked
+                if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
+                    return None
+    finally:
+        rt.waiting -= 1
