@@ -38,7 +38,8 @@ from .core.errors import (
 )
 from .core.selection import Candidate, all_at_capacity, prefix_key
 from .core.snapshot import Snapshot
-from .providers.base import Exchange, UpstreamFailed, provider_for
+from .providers import provider_for
+from .providers.base import Exchange, UpstreamFailed
 from .request import Envelope, parse_body, path_selector
 from .runtime import Runtime, get_runtime
 
