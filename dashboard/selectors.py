@@ -23,9 +23,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from router.core.backend import NORMALIZED_KINDS
 from router.core.health import BackendState
 from router.core.snapshot import EMPTY, Snapshot
+from router.providers import path_of
 from router.runtime import Runtime
 
 _IDLE = BackendState()
@@ -95,7 +95,7 @@ def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:
                 "name": spec.name,
                 "source": spec.source,
                 "kind": spec.kind,
-                "path": "normalized" if spec.kind in NORMALIZED_KINDS else "passthrough",
+                "path": path_of(spec.kind),
                 "url": spec.url,
                 "models": list(spec.models),
                 "served_model": spec.served_model,

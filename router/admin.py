@@ -26,8 +26,8 @@ from django.db import transaction
 from django.utils.html import format_html
 
 from .config_schema import ConfigError, interpolate
-from .core.backend import KINDS, NORMALIZED_KINDS
 from .models import Backend, ConfigDocument, RoutingRevision, Source
+from .providers import KINDS, path_of
 from .revision import bump_revision
 
 admin.site.site_header = "LLM router admin"
@@ -80,7 +80,7 @@ def redacted(value: Any, key: str = "") -> Any:
 
 class BackendForm(forms.ModelForm):
     kind = forms.ChoiceField(
-        choices=[(k, f"{k} ({'normalized' if k in NORMALIZED_KINDS else 'passthrough'})") for k in sorted(KINDS)],
+        choices=[(k, f"{k} ({path_of(k)})") for k in sorted(KINDS)],
         initial="openai_compat",
     )
     models = forms.CharField(

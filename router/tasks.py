@@ -1,7 +1,7 @@
 """Background work of the router (Celery worker + embedded beat).
 
 `probe_backends` runs every ~2 s and probes each backend whose health
-interval has elapsed (GET <base>/v1/models, or /api/tags for Ollama kinds),
+interval has elapsed (GET the URL its provider declares: `probe_url`),
 applies the healthy/unhealthy thresholds, stores the verdicts in the Redis
 hash `router:health` and publishes the changes on `router:health`; every web
 process applies them at once. Passive circuit breaking happens in the web
@@ -19,41 +19,13 @@ import orjson
 from celery import shared_task
 
 from .core.health import StateTable
+from .providers import listed_models, probe_url
 from .runtime import health_key
 
 log = logging.getLogger(__name__)
 
 _states = StateTable()
 _last_probe: dict[str, float] = {}
-
-
-def probe_url(url: str, kind: str, path: str | None) -> str | None:
-    if path is None:
-        return None
-    base = url.rstrip("/")
-    if kind in ("ollama",):
-        return base + path
-    if base.endswith("/v1") and path.startswith("/v1/"):
-        return base + path[3:]
-    return base + path
-
-
-def listed_models(kind: str, body: bytes) -> list[str] | None:
-    """Model names from a probe answer: Ollama /api/tags or OpenAI /v1/models."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    if kind == "ollama":
-        from .providers.ollama import models_from_tags
-
-        return [m["id"] for m in models_from_tags(data, owned_by="ollama")]
-    items = data.get("data")
-    if not isinstance(items, list):
-        return None
-    return [m["id"] for m in items if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[bool, bytes]:
@@ -78,8 +50,7 @@ def probe_backends() -> dict[str, bool]:
     now = time.monotonic()
     due = []
     for spec in snap.backends.values():
-        path = policy.probe_path(spec.kind)
-        target = probe_url(spec.url, spec.kind, path)
+        target = probe_url(spec, policy.path)
         if target is None or now - _last_probe.get(spec.name, 0.0) < policy.interval_s:
             continue
         headers = {"authorization": "Bearer " + spec.api_key.reveal()} if spec.api_key else {}

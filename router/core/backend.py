@@ -3,6 +3,8 @@
 Built from YAML (`source="config"`), the admin (`"admin"`) or the AppProxy
 reconcile (`"appproxy"`). Runtime facts (health, in-flight, latency) are not
 here: they live in `router.core.health.BackendState`, one per process.
+`kind` is an opaque string here: which kinds exist, and what each means, is
+the provider registry's business (`router.providers`), checked at config load.
 """
 
 from __future__ import annotations
@@ -11,27 +13,12 @@ from dataclasses import dataclass, field
 
 from .secret import Secret
 
-PASSTHROUGH_KINDS = frozenset(
-    {
-        "openai_compat",
-        "openai_api",
-        "vllm",
-        "vllm-mlx",
-        "lemonade",
-        "sglang",
-        "seulgivibe_claude",
-        "seulgivibe_openai",
-    }
-)
-NORMALIZED_KINDS = frozenset({"ollama", "cli"})
-KINDS = PASSTHROUGH_KINDS | NORMALIZED_KINDS
-
 
 @dataclass(frozen=True, slots=True)
 class BackendSpec:
     name: str
     url: str  # base URL without trailing slash, e.g. http://127.0.0.1:8001
-    kind: str = "openai_compat"
+    kind: str = "openai_compat"  # a kind of the provider registry
     models: tuple[str, ...] = ()  # client-facing names (aliases are more names)
     served_model: str | None = None  # the model field sent upstream, if rewritten
     weight: int = 100  # 1..1000

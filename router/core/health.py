@@ -36,8 +36,9 @@ class HealthPolicy:
     healthy_threshold: int = 2
     interval_s: float = 10.0
     timeout_s: float = 2.0
+    # health.path: the probe path for OpenAI-compatible servers. A provider
+    # decides how it applies (router.providers.probe_url); core knows no kinds.
     path: str = "/v1/models"
-    ollama_path: str = "/api/tags"
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
@@ -52,14 +53,6 @@ class HealthPolicy:
             raise ValueError("HealthPolicy.backoff must be >= 1")
         if self.interval_s <= 0 or self.timeout_s <= 0:
             raise ValueError("HealthPolicy probe interval/timeout must be > 0")
-
-    def probe_path(self, kind: str) -> str | None:
-        """The path the active probe GETs for a backend kind; None = no probe."""
-        if kind == "cli":
-            return None  # a local process, not an HTTP server
-        if kind == "ollama":
-            return self.ollama_path
-        return self.path
 
 
 DEFAULT_POLICY = HealthPolicy()

@@ -1,5 +1,93 @@
-"""Upstream providers: one per backend kind family."""
+"""The provider registry: the one table of provider kinds.
 
-from .base import provider_for
+Every place that cares about a backend's `kind` derives from `PROVIDERS`:
+the dispatch in the pipeline (`provider_for`), config validation of `kind:`
+(`KINDS`), the dashboard's path column (`path_of`), and the health probe
+task (`probe_url`, `listed_models`). `router.core` stays pure and knows no
+kinds: it carries `kind` as an opaque string and the probe path as data.
 
-__all__ = ["provider_for"]
+Invariants:
+- Each kind is served by exactly one provider (checked at import).
+- A kind no provider claims never passes config validation; one that reaches
+  the registry anyway (a hand-edited DB row) is treated as OpenAI-compatible,
+  as every kind outside the native list always was.
+
+Adding a provider kind is:
+1. one module (or package) under `router/providers/` with an object that
+   satisfies `base.Provider`: its `kinds`, its execution `path`
+   ("passthrough" or "normalized"), `start()`, `finish()`/`relay()`, `probe_url()`
+   and `listed_models()`; shared upstream helpers are in `http.py`;
+2. one line in `PROVIDERS` below;
+3. its tests (`tests/providers/`), and its row in docs/mixed-providers.md
+   (the classifier table, checked by tests/mix/test_docs.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+
+from ..core.backend import BackendSpec
+from .base import Provider
+from .ollama.provider import OLLAMA
+from .openai import OPENAI
+
+PROVIDERS: tuple[Provider, ...] = (
+    OPENAI,
+    OLLAMA,
+)
+
+_DEFAULT: Provider = OPENAI  # for a kind no provider claims (see above)
+
+
+def _by_kind(providers: tuple[Provider, ...]) -> Mapping[str, Provider]:
+    table: dict[str, Provider] = {}
+    for provider in providers:
+        for kind in provider.kinds:
+            if kind in table:
+                raise RuntimeError(f"provider kind {kind!r} is claimed twice")
+            table[kind] = provider
+    return table
+
+
+BY_KIND: Mapping[str, Provider] = _by_kind(PROVIDERS)
+KINDS: frozenset[str] = frozenset(BY_KIND)
+
+
+def provider_for(kind: str) -> Provider:
+    """The provider that executes a request on a backend of `kind`."""
+    return BY_KIND.get(kind, _DEFAULT)
+
+
+def path_of(kind: str) -> str:
+    """The execution path of `kind`: "passthrough" or "normalized"."""
+    return provider_for(kind).path
+
+
+def probe_url(spec: BackendSpec, path: str) -> str | None:
+    """What the active probe GETs for `spec`; `path` is health.path. None = no probe."""
+    return provider_for(spec.kind).probe_url(spec, path)
+
+
+def listed_models(kind: str, body: bytes) -> list[str] | None:
+    """Model names from a probe's 200 answer, as the provider of `kind` lists them."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return provider_for(kind).listed_models(data)
+
+
+__all__ = [
+    "BY_KIND",
+    "KINDS",
+    "PROVIDERS",
+    "Provider",
+    "listed_models",
+    "path_of",
+    "probe_url",
+    "provider_for",
+]

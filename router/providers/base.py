@@ -1,10 +1,15 @@
-"""The dispatch seam: a selected backend's `kind` picks the execution path.
+"""What a provider is: the `Provider` protocol, the `Exchange` it produces.
 
 A provider turns one selected backend + request into an `Exchange` — the
 upstream answer up to (and including) its first bytes, before anything has
 been sent to the client — so the pipeline can still retry elsewhere. Then
 `finish()` / `relay()` give the client's body or stream in OpenAI's wire
-format, which each front door renders (router/pipeline.py `Routed`).
+format, which each front door renders (router/pipeline.py `Routed`). It also says how
+the health probe reaches a backend of its kinds and how the probe's answer
+lists models. The registry (`router.providers`) maps kinds to providers.
+
+This module imports no sibling: every provider module imports it, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ class Exchange:
 
 
 class Provider(Protocol):
-    path: str  # "passthrough" | "normalized"
+    kinds: frozenset[str]  # the `kind:` values this provider serves
+    path: str  # the execution path: "passthrough" | "normalized"
 
     async def start(self, rt: Runtime, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         """Send to `spec`; read the whole body (non-stream) or the first chunk."""
@@ -60,14 +66,11 @@ class Provider(Protocol):
         ended, False failed mid-stream, None the consumer left)."""
         ...
 
+    def probe_url(self, spec: BackendSpec, path: str) -> str | None:
+        """The URL the active probe GETs; `path` is health.path (the operator's
+        probe path for OpenAI-compatible servers). None = never probed."""
+        ...
 
-def provider_for(kind: str) -> Provider:
-    from ..core.backend import NORMALIZED_KINDS
-
-    if kind in NORMALIZED_KINDS:
-        from .normalized import NORMALIZED
-
-        return NORMALIZED
-    from .passthrough import PASSTHROUGH
-
-    return PASSTHROUGH
+    def listed_models(self, data: dict[str, Any]) -> list[str] | None:
+        """Model names from a probe's 200 JSON object; None = not a listing."""
+        ...

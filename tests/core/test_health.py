@@ -171,13 +171,13 @@ def test_probe_unhealthy_blocks_even_with_closed_breaker() -> None:
     assert not s.usable(0.0)
 
 
-def test_probe_path_depends_on_kind() -> None:
-    """Ollama probes /api/tags, cli is not probed, the rest /v1/models."""
+def test_probe_defaults() -> None:
+    """The policy carries the probe path as data; which kind uses it is the
+    provider registry's business (tests/providers/test_registry.py)."""
     p = HealthPolicy()
-    assert p.probe_path("vllm") == "/v1/models"
-    assert p.probe_path("ollama") == "/api/tags"
-    assert p.probe_path("cli") is None
+    assert p.path == "/v1/models"
     assert (p.interval_s, p.timeout_s) == (10, 2)
+    assert not hasattr(p, "probe_path") and not hasattr(p, "ollama_path")
 
 
 @pytest.mark.parametrize(

@@ -251,10 +251,6 @@ backends:
     url: {vllm}
     kind: vllm
     models: [raw]
-  - name: cli-c
-    url: {spare}
-    kind: cli
-    models: [clim]
   - name: dead
     url: {dead}
     kind: vllm
@@ -284,17 +280,16 @@ def kind_backend(kind: str, url: str) -> str:
 
 
 class Stack:
-    """One router in front of a vLLM-kind fake, an Ollama fake and a spare fake."""
+    """One router in front of a vLLM-kind fake and an Ollama fake."""
 
-    def __init__(self, router: RouterProc, vllm: ServerThread, ollama: ServerThread, spare: ServerThread) -> None:
+    def __init__(self, router: RouterProc, vllm: ServerThread, ollama: ServerThread) -> None:
         self.router = router
         self.vllm = vllm
         self.ollama = ollama
-        self.spare = spare
 
     @property
     def servers(self) -> tuple[ServerThread, ...]:
-        return (self.vllm, self.ollama, self.spare)
+        return (self.vllm, self.ollama)
 
     def client(self, **kwargs: Any):
         import openai
@@ -317,23 +312,21 @@ def stack() -> Iterator[Stack]:
     servers = [
         metered(openai_backend.make_app, "vllm-a", ["m"]),
         metered(ollama_backend.make_app, "ollama-o", ["llama3.2"]),
-        metered(openai_backend.make_app, "spare", ["m"]),
     ]
     router = None
     try:
-        vllm, ollama, spare = (server.start() for server in servers)
+        vllm, ollama = (server.start() for server in servers)
         kinds = "".join(kind_backend(k, vllm.url) for k in PASSTHROUGH_KINDS)
         kinds += kind_backend("ollama", ollama.url) + "    served_model: llama3.2\n"
         config = STACK_CONFIG.format(
             vllm=vllm.url,
             ollama=ollama.url,
-            spare=spare.url,
             dead=f"http://127.0.0.1:{dead.getsockname()[1]}",
             key=UPSTREAM_KEY,
             kinds=kinds,
         )
         router = RouterProc(config, env=INFO).start()
-        yield Stack(router, vllm, ollama, spare)
+        yield Stack(router, vllm, ollama)
     finally:
         if router is not None:
             router.stop()

@@ -1,7 +1,8 @@
 """The provider-path classifier (seed 002 S03, S04; MIX-3).
 
 The execution path is a function of the selected provider's `kind` only:
-OpenAI-compatible kinds pass through, `ollama` and `cli` are normalized.
+OpenAI-compatible kinds pass through, `ollama` is normalized. The seed's `cli`
+kind had no adapter in this router and is not a kind: config refuses it.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from router.core.backend import KINDS, NORMALIZED_KINDS
-from router.core.backend import PASSTHROUGH_KINDS as CODE_PASSTHROUGH
-from router.providers.base import provider_for
+from router.config_schema import ConfigError, parse
+from router.providers import KINDS, PROVIDERS, provider_for
 from tests.mix.conftest import PASSTHROUGH_KINDS, marker, observation, received, rid
 
 SEED_PASSTHROUGH = {
@@ -24,14 +24,20 @@ SEED_PASSTHROUGH = {
     "seulgivibe_claude",
     "seulgivibe_openai",
 }
-SEED_NORMALIZED = {"ollama", "cli"}
+SEED_NORMALIZED = {"ollama"}
+
+
+def kinds_on(path: str) -> set[str]:
+    return {kind for provider in PROVIDERS if provider.path == path for kind in provider.kinds}
 
 
 def test_kind_tables_are_exactly_the_seed_lists():
-    """S03/S04: the classifier's two lists are the seed's, and nothing else is a kind."""
-    assert set(CODE_PASSTHROUGH) == SEED_PASSTHROUGH
-    assert set(NORMALIZED_KINDS) == SEED_NORMALIZED
+    """S03/S04: the registry's kinds per path are the seed's (less `cli`), and
+    nothing else is a kind."""
+    assert kinds_on("passthrough") == SEED_PASSTHROUGH
+    assert kinds_on("normalized") == SEED_NORMALIZED
     assert set(KINDS) == SEED_PASSTHROUGH | SEED_NORMALIZED
+    assert "cli" not in KINDS
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -86,21 +92,13 @@ def test_ollama_kind_is_normalized_and_stays_a_candidate(stack):
     assert (obs["provider"], obs["kind"], obs["path"], obs["adapter"]) == ("k-ollama", "ollama", "normalized", "ollama")
 
 
-def test_cli_kind_is_normalized_and_never_tunnelled(stack):
-    """S04: a `cli` provider is a normalized-only candidate: it is selected, never
-    sent an OpenAI tunnel request; this router ships no CLI adapter, so the answer
-    is an explicit 502 upstream_error (no silent passthrough fallback)."""
-    before = stack.spare.meter.arrived
-    request_id = rid()
-    r = httpx.post(
-        stack.router.url + "/v1/chat/completions",
-        json={"model": "clim", "messages": [{"role": "user", "content": "hi"}]},
-        headers={"x-request-id": request_id},
-        timeout=30,
-    )
-    assert r.status_code == 502
-    assert r.json()["error"]["code"] == "upstream_error"
-    assert "no native adapter" in r.json()["error"]["message"]
-    assert stack.spare.meter.arrived == before  # nothing went to the cli provider's URL
-    obs = observation(stack.router, request_id)
-    assert (obs["provider"], obs["kind"], obs["path"], obs["status"]) == ("cli-c", "cli", "normalized", 502)
+def test_cli_kind_is_refused_at_config_load():
+    """S04: `cli` has no adapter in this router, so it is not a kind: a config
+    that names it is refused at load with the key's path and the known kinds,
+    before any backend exists (it can never be selected, nor tunnelled)."""
+    text = "backends:\n  - {name: ok, url: 'http://h:1', models: [m]}\n  - {name: cli-c, url: 'http://h:2', kind: cli, models: [clim]}\n"
+    with pytest.raises(ConfigError) as err:
+        parse(text, source="router.yaml")
+    (line,) = str(err.value).splitlines()
+    assert line.startswith("router.yaml: backends[1].kind: ")
+    assert f"unknown kind 'cli'; one of: {', '.join(sorted(KINDS))}" in line

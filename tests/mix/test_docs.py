@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from router.core.backend import KINDS
-from router.providers.base import provider_for
-from router.providers.ollama_common import EXTENSION_OPTIONS
-from router.providers.ollama_policy import CHAT_POLICY, EMBED_POLICY, RESPONSES_POLICY
+from router.providers import KINDS, provider_for
+from router.providers.ollama.common import EXTENSION_OPTIONS
+from router.providers.ollama.policy import CHAT_POLICY, EMBED_POLICY, RESPONSES_POLICY
 from router.request import _PATH_SELECTORS
 
 ROOT = Path(__file__).resolve().parents[2]

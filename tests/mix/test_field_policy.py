@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from router.providers.ollama_policy import CHAT_POLICY, EMBED_POLICY, RESPONSES_POLICY
+from router.providers.ollama.policy import CHAT_POLICY, EMBED_POLICY, RESPONSES_POLICY
 from tests.mix.conftest import UPSTREAM_KEY, marker, observation, received, rid
 
 # Fields a Codex / vLLM / OpenAI client may send that no path may choke on.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from router.core.backend import KINDS
 from router.models import Backend, Source
+from router.providers import KINDS
 from router.revision import bump_revision
 
 

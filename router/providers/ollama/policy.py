@@ -6,7 +6,7 @@ Each known request field maps to (policy, note):
 - ignored: not sent; named in `Conversion.ignored_fields` with the note;
 - unsupported: rejected with `UnsupportedParameter` before dispatch.
 A field outside the table is ignored as unknown, except the extensions in
-`ollama_common.EXTENSION_OPTIONS` and `think`. docs/ renders these tables.
+`common.EXTENSION_OPTIONS` and `think`. docs/ renders these tables.
 """
 
 from __future__ import annotations

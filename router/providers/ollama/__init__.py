@@ -1,6 +1,9 @@
-"""The normalized path for Ollama (MIX-5): OpenAI requests ↔ Ollama's native API.
+"""The Ollama provider (MIX-5): OpenAI requests ↔ Ollama's native API.
 
-Pure conversion only — no Django, no network, no asyncio. The async pipeline
+`provider.py` is the provider the registry lists (`OLLAMA`: dispatch, probe,
+model listing); it is the package's only module with I/O. The other modules,
+re-exported here, are pure conversion — no Django, no network, no asyncio,
+and this `__init__` does not import `provider`. The provider
 sends `*_request(...).request` to Ollama, records `ignored_fields`/`notes` in
 the observation, and turns Ollama's answers back into exact OpenAI shapes
 with the functions and stream classes below.
@@ -16,15 +19,15 @@ The field policy tables (`CHAT_POLICY`, `RESPONSES_POLICY`, `EMBED_POLICY`)
 map each known field to converted / conditional / ignored / unsupported.
 """
 
-from router.providers.ollama_chat import chat_completion, chat_request
-from router.providers.ollama_chat_stream import ChatStream
-from router.providers.ollama_common import EXTENSION_OPTIONS, Conversion
-from router.providers.ollama_embed import embed_request, embeddings
-from router.providers.ollama_policy import CHAT_POLICY, EMBED_POLICY, RESPONSES_POLICY
-from router.providers.ollama_response_object import response_object
-from router.providers.ollama_responses import responses_request
-from router.providers.ollama_responses_stream import ResponsesStream
-from router.providers.ollama_wire import (
+from router.providers.ollama.chat import chat_completion, chat_request
+from router.providers.ollama.chat_stream import ChatStream
+from router.providers.ollama.common import EXTENSION_OPTIONS, Conversion
+from router.providers.ollama.embed import embed_request, embeddings
+from router.providers.ollama.policy import CHAT_POLICY, EMBED_POLICY, RESPONSES_POLICY
+from router.providers.ollama.response_object import response_object
+from router.providers.ollama.responses import responses_request
+from router.providers.ollama.responses_stream import ResponsesStream
+from router.providers.ollama.wire import (
     NdjsonDecoder,
     NdjsonError,
     error_from_ollama,

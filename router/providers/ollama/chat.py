@@ -1,6 +1,6 @@
 """Chat Completions ↔ Ollama `/api/chat`: the request and the non-streamed answer.
 
-Invariants: see `ollama_common`. The chat answer never carries Ollama's
+Invariants: see `common`. The chat answer never carries Ollama's
 `thinking` text (Chat Completions has no standard field for it).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
-from router.providers.ollama_common import (
+from router.providers.ollama.common import (
     Conversion,
     Ledger,
     apply_policy,
@@ -31,7 +31,7 @@ from router.providers.ollama_common import (
     token_counts,
     tool_calls,
 )
-from router.providers.ollama_policy import CHAT_POLICY
+from router.providers.ollama.policy import CHAT_POLICY
 
 _OPTION_KEYS = {
     "temperature": "temperature",

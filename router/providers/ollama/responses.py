@@ -1,10 +1,10 @@
 """Responses API request → Ollama `/api/chat` request.
 
-Invariants: see `ollama_common`. Nothing is stored, so anything that needs
+Invariants: see `common`. Nothing is stored, so anything that needs
 server-side state (previous_response_id, conversation, prompt templates,
 item references, background runs) is unsupported; the client sends the whole
 conversation as `input` items. The answer side lives in
-`ollama_response_object` and `ollama_responses_stream`.
+`response_object` and `responses_stream`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
-from router.providers.ollama_common import (
+from router.providers.ollama.common import (
     Conversion,
     Ledger,
     apply_policy,
@@ -28,7 +28,7 @@ from router.providers.ollama_common import (
     sampling_options,
     think_value,
 )
-from router.providers.ollama_policy import RESPONSES_POLICY
+from router.providers.ollama.policy import RESPONSES_POLICY
 
 _CONVERTED_OPTIONS = {"temperature": "temperature", "top_p": "top_p"}
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}

@@ -10,7 +10,7 @@ carries a `sequence_number` counting from 0. There is no `[DONE]` sentinel.
 from __future__ import annotations
 
 from router.core.errors import RouterError, UpstreamError
-from router.providers.ollama_common import (
+from router.providers.ollama.common import (
     finish_reason,
     message_of,
     new_id,
@@ -18,7 +18,7 @@ from router.providers.ollama_common import (
     sse_event,
     tool_calls,
 )
-from router.providers.ollama_response_object import (
+from router.providers.ollama.response_object import (
     envelope,
     function_item,
     message_item,

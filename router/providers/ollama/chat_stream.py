@@ -9,8 +9,8 @@ the usage, then `data: [DONE]`. Thinking text is not sent (no standard field).
 from __future__ import annotations
 
 from router.core.errors import RouterError, UpstreamError
-from router.providers.ollama_chat import openai_calls, usage
-from router.providers.ollama_common import (
+from router.providers.ollama.chat import openai_calls, usage
+from router.providers.ollama.common import (
     finish_reason,
     message_of,
     raise_if_error,

@@ -1,10 +1,11 @@
-"""Normalized path (MIX-5): the selected provider speaks its native API.
+"""The Ollama provider, normalized path (MIX-5): it speaks its native API.
 
-The request is converted (router/providers/ollama*.py, pure) *after* the
+The request is converted (the pure modules of this package) *after* the
 provider was selected and *before* anything is dispatched: a required field
 that cannot be converted is a 400 `unsupported_parameter`, and nothing goes
 upstream. Ollama's JSON / NDJSON answers are converted back into the exact
 OpenAI shapes. Ignored fields are recorded in the observation only.
+Probed at `GET /api/tags`, which is also its model listing.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import Any
 import httpx
 import orjson
 
-from ..core.backend import BackendSpec
-from ..core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
-from ..request import Envelope
-from . import ollama
-from .base import Exchange, UpstreamFailed
-from .passthrough import is_timeout, provider_headers, send
+from ...core.backend import BackendSpec
+from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
+from ...request import Envelope
+from .. import ollama  # this package's pure conversions (its __init__)
+from ..base import Exchange, UpstreamFailed
+from ..http import is_timeout, provider_headers, send
 
 _ENDPOINTS = {
     "chat/completions": ("/api/chat", ollama.chat_request),
@@ -31,12 +32,23 @@ _ENDPOINTS = {
 }
 
 
-class Normalized:
+class OllamaProvider:
+    """Ollama's native API (`/api/chat`, `/api/embed`, `/api/tags`)."""
+
+    kinds = frozenset({"ollama"})
     path = "normalized"
 
+    def probe_url(self, spec: BackendSpec, path: str) -> str | None:
+        """`/api/tags` under the URL as configured; health.path is for
+        OpenAI-compatible servers and does not apply."""
+        del path
+        return spec.url.rstrip("/") + "/api/tags"
+
+    def listed_models(self, data: dict[str, Any]) -> list[str] | None:
+        """Model names from an `/api/tags` answer."""
+        return [m["id"] for m in ollama.models_from_tags(data, owned_by="ollama")]
+
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
-        if spec.kind != "ollama":
-            raise UpstreamError(f"Backend kind '{spec.kind}' has no native adapter in this router.")
         route = _ENDPOINTS.get(env.endpoint)
         if route is None:
             raise UnsupportedParameter(
@@ -173,4 +185,4 @@ def ollama_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
 
-NORMALIZED = Normalized()
+OLLAMA = OllamaProvider()

@@ -10,7 +10,7 @@ import base64
 import struct
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
-from router.providers.ollama_common import (
+from router.providers.ollama.common import (
     Conversion,
     Ledger,
     apply_policy,
@@ -18,7 +18,7 @@ from router.providers.ollama_common import (
     require_object,
     token_counts,
 )
-from router.providers.ollama_policy import EMBED_POLICY
+from router.providers.ollama.policy import EMBED_POLICY
 
 
 def embed_request(body: dict, served_model: str) -> Conversion:

@@ -4,59 +4,30 @@ Only the `model` field is rewritten (to the backend's served name) and the
 provider's auth/headers set; every other field, known or not, survives
 byte for byte. Status, headers and SSE are relayed as they come, chunk by
 chunk. A served-name rewrite is undone on the way back so the client sees
-the name it asked for.
+the name it asked for. Probed at health.path (`/v1/models` by default),
+which is also its model listing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from typing import Any
 
-import aiohttp
 import httpx
 import orjson
 
 from ..core.backend import BackendSpec
 from ..core.errors import UpstreamError, UpstreamTimeout
 from ..request import Envelope
-from .base import Exchange, UpstreamFailed
+from .base import Exchange
+from .http import is_timeout, provider_headers, relay_headers, send
 
-# Response headers that belong to one hop, or that Django sets itself.
-_DROP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "content-length",
-        "content-encoding",
-        "date",
-        "server",
-        "content-type",
-    }
-)
 # Client request headers worth forwarding (the rest are ours or hop-by-hop).
 _FORWARD = ("accept", "user-agent", "openai-beta", "x-request-id", "traceparent", "tracestate")
 
 
 def api_base(spec: BackendSpec) -> str:
     return spec.url if spec.url.endswith("/v1") else spec.url + "/v1"
-
-
-def provider_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) -> dict[str, str]:
-    """JSON in, no compression, then the provider's auth and configured headers."""
-    headers = {"content-type": "application/json", "accept-encoding": "identity", **(forwarded or {})}
-    if spec.api_key:
-        headers["authorization"] = "Bearer " + spec.api_key.reveal()
-    for name, value in spec.headers:
-        headers[name.lower()] = value
-    return headers
 
 
 def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
@@ -72,83 +43,37 @@ def request_body(env: Envelope, served: str) -> bytes:
     return orjson.dumps(body)
 
 
-def is_timeout(exc: BaseException) -> bool:
-    """True for real timeouts. httpx-aiohttp maps a refused connection to
-    ConnectTimeout; the aiohttp cause tells the two apart."""
-    cause = exc.__cause__
-    if isinstance(cause, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
-        return True
-    if isinstance(cause, aiohttp.ClientConnectorError):
-        return False
-    return isinstance(exc, httpx.TimeoutException)
+class OpenAIProvider:
+    """Every server that speaks the OpenAI HTTP API itself."""
 
-
-def _timeout(spec: BackendSpec) -> dict[str, float]:
-    return {
-        "connect": spec.connect_timeout,
-        "read": spec.read_timeout,
-        "write": spec.read_timeout,
-        "pool": spec.connect_timeout,
-    }
-
-
-@dataclass(slots=True)
-class Sent:
-    """An upstream answer up to its first byte (stream) or in full."""
-
-    response: httpx.Response
-    first: bytes  # the whole body, or the first chunk of a stream
-    rest: AsyncIterator[bytes] | None  # the rest of a streaming 2xx/3xx body; None once closed
-    ms: float  # time to the first byte
-
-
-async def send(
-    transport: httpx.AsyncBaseTransport,
-    spec: BackendSpec,
-    url: str,
-    *,
-    content: bytes,
-    headers: dict[str, str],
-    stream: bool,
-    method: str = "POST",
-) -> Sent:
-    """Send and read up to the first byte (stream) or the whole body.
-
-    Everything that fails here is before the client saw a byte: UpstreamFailed.
-    """
-    started = time.perf_counter()
-    request = httpx.Request(method, url, content=content, headers=headers, extensions={"timeout": _timeout(spec)})
-    try:
-        response = await transport.handle_async_request(request)
-    except httpx.HTTPError as exc:
-        if is_timeout(exc):
-            raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
-        raise UpstreamFailed(f"cannot connect to {spec.name}") from exc
-    iterator = None
-    try:
-        if stream and response.status_code < 400:
-            iterator = response.aiter_raw()
-            try:
-                first = await anext(iterator)
-            except StopAsyncIteration:
-                first = b""
-        else:
-            first = await response.aread()
-            await response.aclose()
-    except httpx.HTTPError as exc:
-        await response.aclose()
-        if is_timeout(exc):
-            raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
-        raise UpstreamFailed(f"{spec.name} closed the connection before answering") from exc
-    return Sent(response, first, iterator, (time.perf_counter() - started) * 1000.0)
-
-
-def relay_headers(response: httpx.Response) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in response.headers.items() if k not in _DROP]
-
-
-class Passthrough:
+    kinds = frozenset(
+        {
+            "openai_compat",
+            "openai_api",
+            "vllm",
+            "vllm-mlx",
+            "lemonade",
+            "sglang",
+            "seulgivibe_claude",
+            "seulgivibe_openai",
+        }
+    )
     path = "passthrough"
+
+    def probe_url(self, spec: BackendSpec, path: str) -> str | None:
+        """`path` (health.path, `/v1/models` by default) under the backend's
+        base, without doubling a `/v1` the URL already ends with."""
+        base = spec.url.rstrip("/")
+        if base.endswith("/v1") and path.startswith("/v1/"):
+            return base + path[3:]
+        return base + path
+
+    def listed_models(self, data: dict[str, Any]) -> list[str] | None:
+        """Model ids from a `GET /v1/models` answer (`{"data": [{"id": …}]}`)."""
+        items = data.get("data")
+        if not isinstance(items, list):
+            return None
+        return [m["id"] for m in items if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         served = spec.served_name(model)
@@ -264,4 +189,4 @@ def _stream_usage(tail: bytes) -> dict | None:
     return None
 
 
-PASSTHROUGH = Passthrough()
+OPENAI = OpenAIProvider()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.providers.ollama_common import (
+from router.providers.ollama.common import (
     message_of,
     new_id,
     raise_if_error,
