@@ -648,7 +648,7 @@ def thread_for(
 
 
 def cli(make_app: MakeApp, argv: list[str] | None, *, prog: str, what: str, port: int, name: str, models: str) -> None:
-    """The `python -m router.demo.<fake>` command line shared by both fakes."""
+    """The `python -m fakes.<fake>` command line shared by both fakes."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=f"Run a {what} on loopback.")
