@@ -23,7 +23,7 @@ test: setup-dev
 
 lint: setup-dev
 	@$(PY) -m ruff check .
-	@$(PY) -m mypy router/core router/runtime.py router/providers appproxy
+	@$(PY) -m mypy router/core router/runtime.py router/providers appproxy fakes
 
 check: lint test
 

@@ -172,7 +172,7 @@ async def main() -> None:
         out = subprocess.run([PY, "manage.py", "createapikey", "--name", "bench"], env=env, cwd=ROOT,
                              check=True, capture_output=True, text=True).stdout
         headers["authorization"] = "Bearer " + out.strip().splitlines()[-1]
-    backend = start([PY, "-m", "router.demo.openai_backend", "--port", str(backend_port), "--name", "bench-a",
+    backend = start([PY, "-m", "fakes.openai_backend", "--port", str(backend_port), "--name", "bench-a",
                      "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
     if args.server == "uvicorn":
         cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(router_port), "--loop", "uvloop",

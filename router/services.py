@@ -19,7 +19,7 @@ from .revision import bump_revision
 
 log = logging.getLogger(__name__)
 
-DEMO_CONFIG = Path(__file__).resolve().parent / "demo" / "demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "fakes" / "demo.yaml"
 
 
 def resolve_config_path() -> Path:

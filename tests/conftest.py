@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.demo import ollama_backend, openai_backend
+from fakes import ollama_backend, openai_backend
 from tests.support.routerproc import RouterProc
 
 

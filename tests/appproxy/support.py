@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 import jwt
 
-from appproxy.fake_coordinator import FakeCoordinator
+from fakes.coordinator import FakeCoordinator
 from tests.support.routerproc import PY, ROOT, RouterProc, free_port, wait_until
 
 REDIS_URL = "redis://127.0.0.1:6379/4"

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from appproxy.client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound
-from appproxy.fake_coordinator import FakeCoordinator
 from appproxy.wire import WorkerRegistration
+from fakes.coordinator import FakeCoordinator
 from router.core.secret import Secret
 from tests.support.routerproc import free_port
 

@@ -40,7 +40,7 @@ FALLBACK_MODEL = "fallback-model"
 
 @pytest.fixture(scope="module")
 def replicas():
-    from router.demo import openai_backend
+    from fakes import openai_backend
 
     servers = {
         name: openai_backend.server_thread(name, [MODEL]).start() for name in ("rep-a", "rep-b", "rep-c", "slow")

@@ -22,7 +22,7 @@ MODEL = "served-model"
 
 @pytest.fixture(scope="module")
 def replicas():
-    from router.demo import openai_backend
+    from fakes import openai_backend
 
     servers = {name: openai_backend.server_thread(name, [MODEL]).start() for name in ("f-a", "f-b")}
     yield servers

@@ -10,8 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from router.demo import ollama_backend, openai_backend
-from router.demo.server import Recorded, ServerThread
+from fakes import ollama_backend, openai_backend
+from fakes.server import Recorded, ServerThread
 from tests.frontends.sse import assemble, events
 from tests.keys.e2e import create_key
 from tests.support.routerproc import RouterProc, wait_until

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from router.demo import openai_backend
+from fakes import openai_backend
 from tests.keys.e2e import chat, code, create_key, models, sdk
 from tests.support.routerproc import RouterProc, wait_until
 

@@ -1,6 +1,6 @@
 """Shared pieces of the mixed-provider e2e tests (seed 002, MIX-1..6).
 
-Fake backends here are the real fakes (`router.demo.*_backend`) with a
+Fake backends here are the real fakes (`fakes.*_backend`) with a
 `Meter` middleware added: it counts the POSTs in flight inside the backend
 (from arrival to the handler's answer) and can hold them at the door until
 the test lets them through, so queueing is driven by conditions, not sleeps.
@@ -19,8 +19,8 @@ import pytest
 import redis
 from aiohttp import web
 
-from router.demo import ollama_backend, openai_backend
-from router.demo.server import Recorded, ServerThread
+from fakes import ollama_backend, openai_backend
+from fakes.server import Recorded, ServerThread
 from tests.support.routerproc import RouterProc, wait_until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

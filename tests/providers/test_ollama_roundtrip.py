@@ -11,7 +11,7 @@ from openai.types import CreateEmbeddingResponse, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
-from router.demo.ollama_backend import server_thread
+from fakes.ollama_backend import server_thread
 from router.providers.ollama import (
     ChatStream,
     NdjsonDecoder,

@@ -11,7 +11,7 @@ BIG = 64 * 1024
 
 @pytest.fixture(scope="module")
 def routed():
-    from router.demo import openai_backend
+    from fakes import openai_backend
     from tests.support.routerproc import RouterProc
 
     backend = openai_backend.server_thread("a", ["m"]).start()

@@ -23,9 +23,9 @@ from router.config_schema import ConfigError, load
 from router.services import DEMO_CONFIG, resolve_config_path
 
 DEMO_BACKENDS = [
-    ["router.demo.openai_backend", "--port", "18001", "--name", "demo-openai-a", "--models", "demo-chat,demo"],
-    ["router.demo.openai_backend", "--port", "18002", "--name", "demo-openai-b", "--models", "demo-chat,demo"],
-    ["router.demo.ollama_backend", "--port", "18434", "--name", "demo-ollama", "--models", "llama3.2"],
+    ["fakes.openai_backend", "--port", "18001", "--name", "demo-openai-a", "--models", "demo-chat,demo"],
+    ["fakes.openai_backend", "--port", "18002", "--name", "demo-openai-b", "--models", "demo-chat,demo"],
+    ["fakes.ollama_backend", "--port", "18434", "--name", "demo-ollama", "--models", "llama3.2"],
 ]
 
 

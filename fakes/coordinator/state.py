@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..envelope import CHANNEL, Format
+from appproxy.envelope import CHANNEL, Format
 
 log = logging.getLogger(__name__)
 

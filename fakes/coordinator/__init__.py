@@ -35,7 +35,7 @@ bodies), ``auth`` (the token check and error rendering), ``bodies`` (request
 models, JSON in and out), ``placement`` (worker choice, URLs), ``worker_api``,
 ``manager_api`` (incl. the ack wait), ``events`` (Pub/Sub out and acks in),
 ``testing`` (``/_test/*``), ``server`` (``make_app``, ``FakeCoordinator``),
-``cli`` (``python -m appproxy.fake_coordinator``).
+``cli`` (``python -m fakes.coordinator``).
 """
 
 from .cli import main as main

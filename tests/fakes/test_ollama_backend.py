@@ -12,8 +12,8 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from router.demo.ollama_backend import OLLAMA_VERSION, server_thread
-from router.demo.server import ServerThread
+from fakes.ollama_backend import OLLAMA_VERSION, server_thread
+from fakes.server import ServerThread
 
 TIMEOUT = 30.0
 HI = [{"role": "user", "content": "Say hello"}]

@@ -618,10 +618,11 @@ class ServerThread:
         runner = self._runner
         if runner is None:
             return
+        # Stop accepting at once. aiohttp's BaseSite.stop() closes the listener
+        # without waiting for open connections (tests/fakes/test_server.py pins
+        # that), so the aborts below still hit every in-flight request.
         for site in self._sites:
-            server = site._server  # asyncio.Server: stop accepting at once
-            if server is not None:
-                server.close()
+            await site.stop()
         srv = runner.server
         if srv is not None:
             for handler in srv.connections:
@@ -648,7 +649,7 @@ def thread_for(
 
 
 def cli(make_app: MakeApp, argv: list[str] | None, *, prog: str, what: str, port: int, name: str, models: str) -> None:
-    """The `python -m router.demo.<fake>` command line shared by both fakes."""
+    """The `python -m fakes.<fake>` command line shared by both fakes."""
     import argparse
 
     p = argparse.ArgumentParser(prog=prog, description=f"Run a {what} on loopback.")

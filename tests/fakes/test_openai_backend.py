@@ -12,8 +12,8 @@ import openai
 import orjson
 import pytest
 
-from router.demo.openai_backend import make_app, server_thread
-from router.demo.server import Behavior, ServerThread
+from fakes.openai_backend import make_app, server_thread
+from fakes.server import Behavior, ServerThread
 
 TIMEOUT = 30.0
 WEATHER_TOOL = {

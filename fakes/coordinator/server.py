@@ -23,7 +23,8 @@ from uuid import UUID
 
 from aiohttp import web
 
-from ..envelope import CHANNEL, Format
+from appproxy.envelope import CHANNEL, Format
+
 from . import manager_api, testing, worker_api
 from .auth import errors_and_auth
 from .events import bus_ctx, publish_route_update

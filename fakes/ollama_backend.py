@@ -1,6 +1,6 @@
 """A fake Ollama server speaking Ollama's native API (not the /v1 layer).
 
-    python -m router.demo.ollama_backend --host 127.0.0.1 --port 11434 \\
+    python -m fakes.ollama_backend --host 127.0.0.1 --port 11434 \\
         --name demo-ollama --models llama3.2,qwen3 [--quiet]
 
 Endpoints: POST /api/chat, /api/generate (both stream NDJSON by default, as
@@ -494,7 +494,7 @@ def server_thread(
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(make_app, argv, prog="python -m router.demo.ollama_backend", what="fake Ollama backend", port=11434, name="demo-ollama", models="llama3.2,qwen3")
+    cli(make_app, argv, prog="python -m fakes.ollama_backend", what="fake Ollama backend", port=11434, name="demo-ollama", models="llama3.2,qwen3")
 
 
 if __name__ == "__main__":

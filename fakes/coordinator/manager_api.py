@@ -28,7 +28,8 @@ from uuid import UUID
 import jwt
 from aiohttp import web
 
-from ..envelope import CREATED, REMOVED
+from appproxy.envelope import CREATED, REMOVED
+
 from .bodies import (
     BulkCreate,
     BulkDelete,

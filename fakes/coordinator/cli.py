@@ -1,4 +1,4 @@
-"""``python -m appproxy.fake_coordinator``: serve the fake in the foreground.
+"""``python -m fakes.coordinator``: serve the fake in the foreground.
 
 Secrets come from ``--api-secret`` / ``--jwt-secret`` or the environment
 (``APPPROXY_API_SECRET`` / ``APPPROXY_JWT_SECRET``); without both it exits
@@ -13,7 +13,8 @@ import os
 
 from aiohttp import web
 
-from ..envelope import CHANNEL
+from appproxy.envelope import CHANNEL
+
 from .server import make_app
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m appproxy.fake_coordinator",
+        prog="python -m fakes.coordinator",
         description="A fake Backend.AI AppProxy coordinator (for tests and demos).",
     )
     parser.add_argument("--host", default="127.0.0.1")

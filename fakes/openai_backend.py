@@ -1,6 +1,6 @@
 """A fake OpenAI-compatible backend (think vLLM) speaking the real wire format.
 
-    python -m router.demo.openai_backend --host 127.0.0.1 --port 8001 \\
+    python -m fakes.openai_backend --host 127.0.0.1 --port 8001 \\
         --name demo-a --models demo,demo-mini [--quiet]
 
 Endpoints: GET /v1/models, GET /health, POST /v1/chat/completions,
@@ -690,7 +690,7 @@ def server_thread(
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli(make_app, argv, prog="python -m router.demo.openai_backend", what="fake OpenAI backend", port=8001, name="demo-a", models="demo,demo-mini")
+    cli(make_app, argv, prog="python -m fakes.openai_backend", what="fake OpenAI backend", port=8001, name="demo-a", models="demo,demo-mini")
 
 
 if __name__ == "__main__":

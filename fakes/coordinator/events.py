@@ -29,8 +29,9 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from pydantic import AliasChoices, Field, ValidationError
 
-from .. import envelope
-from ..envelope import ACK, ROUTE_UPDATED, EnvelopeError
+from appproxy import envelope
+from appproxy.envelope import ACK, ROUTE_UPDATED, EnvelopeError
+
 from .bodies import Model, Protocol
 from .state import CONFIG_KEY, RUNTIME_KEY, STATE_KEY, PublishedEvent, ReceivedAck, check_lost_workers
 

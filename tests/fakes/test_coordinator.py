@@ -25,9 +25,9 @@ import redis.asyncio as aioredis
 
 from appproxy import envelope
 from appproxy.envelope import ACK, CREATED, REMOVED, ROUTE_UPDATED, EnvelopeError
-from appproxy.fake_coordinator import FakeCoordinator, check_lost_workers
 from appproxy.jwtauth import verify_circuit_token
 from appproxy.wire import Circuit, WorkerRegistration
+from fakes.coordinator import FakeCoordinator, check_lost_workers, main
 from router.core.errors import InvalidToken
 
 REDIS_URL = "redis://127.0.0.1:6379/4"
@@ -726,7 +726,7 @@ def test_cli_serves_the_api(channel) -> None:
     port = _free_port()
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "appproxy.fake_coordinator",
+            sys.executable, "-m", "fakes.coordinator",
             "--port", str(port), "--api-secret", API_SECRET,
             "--jwt-secret", JWT_SECRET, "--redis-url", REDIS_URL,
             "--channel", channel, "--event-format", "args",
@@ -755,10 +755,8 @@ def test_cli_serves_the_api(channel) -> None:
 
 
 def test_cli_requires_secrets(monkeypatch) -> None:
-    from appproxy import fake_coordinator
-
     monkeypatch.delenv("APPPROXY_API_SECRET", raising=False)
     monkeypatch.delenv("APPPROXY_JWT_SECRET", raising=False)
     with pytest.raises(SystemExit) as info:
-        fake_coordinator.main(["--port", "1"])
+        main(["--port", "1"])
     assert info.value.code == 2

@@ -1,0 +1,5 @@
+"""Run the fake coordinator: ``python -m fakes.coordinator --help``."""
+
+from .cli import main
+
+main()
