@@ -10,8 +10,8 @@ from django.contrib.admin.models import ADDITION, LogEntry
 from django.contrib.auth.models import User
 
 from keys.keyring import hash_key
-from keys.models import ApiKey
-from keys.services import coordinator_keys_apply, key_create
+from keys.models import ApiKey, KeySource
+from keys.services import key_create
 from router.revision import current_revision
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.keys.urls")]
@@ -116,8 +116,9 @@ def test_revoke_and_rotate_actions(staff):
 
 
 def test_coordinator_rows_are_read_only(staff):
-    coordinator_keys_apply([{"key_id": "coord-1", "token_hash": hash_key("tok")}])
-    row = ApiKey.objects.get()
+    row = ApiKey.objects.create(
+        source=KeySource.COORDINATOR, key_id="coord-1", name="coord-1", key_hash=hash_key("tok")
+    )
     page = staff.get(f"{URL}{row.pk}/change/").content.decode()
     assert "coord-1" in page and hash_key("tok") not in page
     assert 'name="_save"' not in page
