@@ -125,8 +125,8 @@ def _tables_exist(*names: str) -> bool:
 
 @pytest.mark.django_db
 def test_circuits_and_events_pages_read_the_mirror(staff):
-    if not _tables_exist("Circuit", "Route", "EventRecord", "WorkerState"):
-        pytest.skip("the appproxy mirror tables are not in this build")
+    # appproxy is in INSTALLED_APPS and migrated: these tables always exist here.
+    assert _tables_exist("Circuit", "Route", "EventRecord", "WorkerState")
     Circuit, Route = mirror.model("Circuit"), mirror.model("Route")
     EventRecord, WorkerState = mirror.model("EventRecord"), mirror.model("WorkerState")
     circuit = Circuit.objects.create(circuit_id="c-1", subdomain="llama", model="llama-3", open_to_public=True)
