@@ -7,6 +7,16 @@ measured at ~1.5 ms of CPU per request on this stack (docs/performance.md).
 The /v1 views are async end to end, never touch the DB and need none of that
 middleware, so the ASGI entry point sends them here: the same URLconf, the
 same views, Django's request/response objects and disconnect handling.
+
+The seam with Django is `LeanASGIHandler` and nothing else: it overrides
+`load_middleware` (an empty chain for this handler only; `settings.MIDDLEWARE`
+is neither read nor written, so the full-Django app in config.asgi keeps its
+middleware), `__call__` (no `ThreadSensitiveContext`), `handle` and
+`read_body` (Django's, minus the thread hops, plus the body limit). It calls
+Django's `create_request`, `run_get_response`, `send_response`,
+`listen_for_disconnect` and `get_script_prefix` unchanged.
+`tests/config/test_lean.py` pins each of these against the Django versions in
+`DJANGO_CHECKED` and fails, naming what to re-read, when Django changes them.
 """
 
 from __future__ import annotations
@@ -17,17 +27,25 @@ import tempfile
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.exception import convert_exception_to_response
 from django.urls import set_script_prefix
+
+# The Django releases this handler was read against: [from, to). Outside it,
+# tests/config/test_lean.py fails until someone re-reads Django's handlers.
+DJANGO_CHECKED = ((5, 2), (6, 0))
 
 
 class LeanASGIHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
-        saved = settings.MIDDLEWARE
-        settings.MIDDLEWARE = []
-        try:
-            super().load_middleware(is_async=is_async)
-        finally:
-            settings.MIDDLEWARE = saved
+        """The chain `BaseHandler.load_middleware` builds for an empty
+        MIDDLEWARE, built for this handler alone: no middleware lists, the
+        view call wrapped once in Django's exception-to-response conversion.
+        (`ASGIHandler.__init__` calls this with is_async=True.)"""
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        get_response = self._get_response_async if is_async else self._get_response
+        self._middleware_chain = convert_exception_to_response(get_response)
 
     async def __call__(self, scope, receive, send) -> None:
         await self.handle(scope, receive, send)

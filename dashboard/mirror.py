@@ -1,4 +1,4 @@
-"""Reads of the AppProxy mirror (workers, circuits, routes, publications, events).
+"""Reads of the AppProxy mirror (workers, circuits, routes, events).
 
 The appproxy models are optional: a build without them (or before their
 migration) still renders every page. Each reader returns None when its model
@@ -23,8 +23,6 @@ from django.utils import timezone
 from .selectors import iso
 
 LIMIT = 100
-# Field names never rendered from a generically shown model.
-_SECRETISH = ("secret", "token", "hash", "password", "api_key", "apikey", "credential", "raw", "jwt")
 
 
 def model(name: str):
@@ -36,7 +34,7 @@ def model(name: str):
 
 
 def available() -> dict[str, bool]:
-    return {name: model(name) is not None for name in ("WorkerState", "Circuit", "Publication", "EventRecord")}
+    return {name: model(name) is not None for name in ("WorkerState", "Circuit", "EventRecord")}
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -145,28 +143,6 @@ def event_row(e: Any) -> dict[str, Any]:
     }
 
 
-def generic_row(obj: Any, fields: Iterable[str]) -> dict[str, Any]:
-    row: dict[str, Any] = {}
-    for name in fields:
-        value = _get(obj, name)
-        if not isinstance(value, str | int | float | bool | type(None) | list | dict):
-            value = str(value)
-        row[name] = value
-    return row
-
-
-def shown_fields(model_cls) -> list[str]:
-    """Concrete, non-relational fields whose names do not look secret."""
-    names = []
-    for f in model_cls._meta.concrete_fields:
-        if f.is_relation or f.primary_key:
-            continue
-        if any(part in f.name.lower() for part in _SECRETISH):
-            continue
-        names.append(f.name)
-    return names
-
-
 # -- queries ------------------------------------------------------------------
 def _newest(model_cls, limit: int = LIMIT):
     return model_cls.objects.order_by("-pk")[:limit]
@@ -191,17 +167,6 @@ def circuit_rows() -> list[dict[str, Any]] | None:
     try:
         circuits = list(cls.objects.order_by("pk").prefetch_related("routes"))
         return [circuit_row(c, c.routes.all()) for c in circuits]
-    except DatabaseError:
-        return None
-
-
-def publication_rows() -> dict[str, Any] | None:
-    cls = model("Publication")
-    if cls is None:
-        return None
-    fields = shown_fields(cls)
-    try:
-        return {"fields": fields, "rows": [generic_row(p, fields) for p in cls.objects.order_by("pk")[:500]]}
     except DatabaseError:
         return None
 

@@ -150,10 +150,12 @@ class ApiKeyAdmin(admin.ModelAdmin):
             key_update(obj, **data)
             return
         key, plaintext = key_create(**data)
-        # The admin continues with `obj` (log entry, redirect): make it the row.
-        obj.__dict__.update({k: v for k, v in key.__dict__.items() if k != "_state"})
+        # The admin continues with `obj` (log entry, redirect): load the new
+        # row into it. `_state.adding` is Django's documented saved/unsaved
+        # flag (Model._state); refresh_from_db sets `_state.db` itself.
+        obj.pk = key.pk
+        obj.refresh_from_db()
         obj._state.adding = False
-        obj._state.db = key._state.db
         _plaintext_message(request, "Created", key, plaintext)
 
     def delete_model(self, request, obj: ApiKey) -> None:

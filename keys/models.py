@@ -2,9 +2,10 @@
 
 Only the SHA-256 digest (`key_hash`) and a masked `hint` are stored; the
 plaintext exists once, in the return value of `keys.services.key_create`.
-Ownership: operators (admin, commands, dashboard) write `operator` rows; the
-AppProxy coordinator pull writes `coordinator` rows (keyed by `key_id`) and
-never touches operator rows. Web processes never read this table per request:
+Ownership: operators (admin, commands, dashboard) write `operator` rows;
+`coordinator` rows (keyed by `key_id`) belong to the AppProxy coordinator —
+no code writes them yet (ROUTER mode will) — and the operator paths only ever
+show them. Web processes never read this table per request:
 `keys.selectors.compile_keyring` compiles it into the routing snapshot.
 """
 

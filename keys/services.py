@@ -4,10 +4,9 @@ Every write happens in one transaction together with `bump_revision`, so each
 web process recompiles its keyring within a second of the commit (KEY-2).
 
 Operator services (`key_create`, `key_update`, `key_revoke`, `key_rotate`,
-`key_delete`) only accept operator rows. The coordinator services live in
-`keys.coordinator` (re-exported here) and only ever touch coordinator rows
-(KEY-3). Plaintext keys are returned once and never stored, logged or put in
-a revision reason.
+`key_delete`) only accept operator rows; coordinator rows are never written
+here (KEY-3). Plaintext keys are returned once and never stored, logged or
+put in a revision reason.
 """
 
 from __future__ import annotations
@@ -23,12 +22,6 @@ from django.utils import timezone
 
 from router.revision import bump_revision
 
-from .coordinator import (
-    ApplyResult,
-    CoordinatorKey,
-    coordinator_key_remove,
-    coordinator_keys_apply,
-)
 from .fields import (
     EDITABLE,
     clean_allowed_models,
@@ -42,14 +35,10 @@ from .keyring import mask_key
 from .models import ApiKey, KeySource
 
 __all__ = [
-    "ApplyResult",
-    "CoordinatorKey",
     "clean_allowed_models",
     "clean_client_ips",
     "clean_expires_at",
     "clean_rate_limit",
-    "coordinator_key_remove",
-    "coordinator_keys_apply",
     "key_create",
     "key_delete",
     "key_revoke",

@@ -107,23 +107,11 @@ def test_worker_rows_show_heartbeat_age_and_failures():
 
 
 def test_missing_sections_render_nothing_and_empty_ones_say_so():
-    for name in ("workers", "circuits", "publications", "events"):
+    for name in ("workers", "circuits", "events"):
         assert _render(name, None).strip() == ""
     assert "Not registered" in _render("workers", [])
     assert "No circuits" in _render("circuits", [])
     assert "No events" in _render("events", [])
-
-
-def test_generic_tables_never_show_secret_looking_fields():
-    fake = SimpleNamespace(
-        _meta=SimpleNamespace(
-            concrete_fields=[
-                SimpleNamespace(name=n, is_relation=False, primary_key=False)
-                for n in ("name", "aliases", "token_hash", "jwt_secret", "raw", "endpoint_ratio")
-            ]
-        )
-    )
-    assert mirror.shown_fields(fake) == ["name", "aliases", "endpoint_ratio"]
 
 
 # -- with the real appproxy tables ----------------------------------------------
@@ -137,8 +125,8 @@ def _tables_exist(*names: str) -> bool:
 
 @pytest.mark.django_db
 def test_circuits_and_events_pages_read_the_mirror(staff):
-    if not _tables_exist("Circuit", "Route", "EventRecord", "WorkerState"):
-        pytest.skip("the appproxy mirror tables are not in this build")
+    # appproxy is in INSTALLED_APPS and migrated: these tables always exist here.
+    assert _tables_exist("Circuit", "Route", "EventRecord", "WorkerState")
     Circuit, Route = mirror.model("Circuit"), mirror.model("Route")
     EventRecord, WorkerState = mirror.model("EventRecord"), mirror.model("WorkerState")
     circuit = Circuit.objects.create(circuit_id="c-1", subdomain="llama", model="llama-3", open_to_public=True)

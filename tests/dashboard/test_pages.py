@@ -169,6 +169,7 @@ def test_appproxy_pages_are_hidden_from_the_nav_until_the_models_exist(staff):
     resp = staff.get("/dashboard/")
     nav = [item["slug"] for item in resp.context["nav"]]
     have = mirror.available()
+    assert have == {"WorkerState": True, "Circuit": True, "EventRecord": True}  # appproxy is installed
     assert ("circuits" in nav) == have["Circuit"]
     assert ("events" in nav) == have["EventRecord"]
 

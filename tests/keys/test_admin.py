@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.admin.models import ADDITION, LogEntry
 from django.contrib.auth.models import User
 
 from keys.keyring import hash_key
-from keys.models import ApiKey
-from keys.services import coordinator_keys_apply, key_create
+from keys.models import ApiKey, KeySource
+from keys.services import key_create
 from router.revision import current_revision
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.keys.urls")]
@@ -115,8 +116,9 @@ def test_revoke_and_rotate_actions(staff):
 
 
 def test_coordinator_rows_are_read_only(staff):
-    coordinator_keys_apply([{"key_id": "coord-1", "token_hash": hash_key("tok")}])
-    row = ApiKey.objects.get()
+    row = ApiKey.objects.create(
+        source=KeySource.COORDINATOR, key_id="coord-1", name="coord-1", key_hash=hash_key("tok")
+    )
     page = staff.get(f"{URL}{row.pk}/change/").content.decode()
     assert "coord-1" in page and hash_key("tok") not in page
     assert 'name="_save"' not in page
@@ -136,3 +138,17 @@ def test_list_hides_the_hash(staff):
     page = staff.get(URL).content.decode()
     assert "listed" in page and "m1" in page and key.hint in page
     assert key.key_hash not in page
+
+
+def test_add_logs_and_redirects_to_the_created_row(staff):
+    """The admin carries on with the created key: its log entry and redirect name the row."""
+    form = {"name": "logged", "allowed_models": "", "allowed_client_ips": ""}
+    resp = staff.post(URL + "add/", {**form, "_continue": "1"})
+    key = ApiKey.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"{URL}{key.pk}/change/"
+    entry = LogEntry.objects.get()
+    assert (entry.action_flag, entry.object_id, entry.object_repr) == (ADDITION, str(key.pk), str(key))
+    resp = staff.post(URL + "add/", {**form, "name": "second"})
+    assert resp.status_code == 302 and resp["Location"] == URL
+    second = ApiKey.objects.get(name="second")
+    assert LogEntry.objects.filter(object_id=str(second.pk), object_repr=str(second)).count() == 1

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from keys.keyring import hash_key
-from keys.models import ApiKey
-from keys.services import coordinator_keys_apply, key_create
+from keys.models import ApiKey, KeySource
+from keys.services import key_create
 
 pytestmark = pytest.mark.django_db
 
@@ -18,6 +18,12 @@ def run(*args) -> str:
     out, err = StringIO(), StringIO()
     call_command(*args, stdout=out, stderr=err)
     return out.getvalue() + err.getvalue()
+
+
+def _coordinator_row(key_id: str, token: str) -> ApiKey:
+    return ApiKey.objects.create(
+        source=KeySource.COORDINATOR, key_id=key_id, name=key_id, key_hash=hash_key(token)
+    )
 
 
 def test_createapikey_prints_the_key_as_the_last_line_only():
@@ -79,14 +85,14 @@ def test_revokeapikey_refuses_ambiguous_names_and_coordinator_keys():
     key_create(name="dup")
     with pytest.raises(CommandError, match="--hint"):
         run("revokeapikey", "--name", "dup")
-    coordinator_keys_apply([{"key_id": "coord", "token_hash": hash_key("t")}])
+    _coordinator_row("coord", "t")
     with pytest.raises(CommandError, match="no active operator key"):
         run("revokeapikey", "--name", "coord")
 
 
 def test_listapikeys_is_masked():
     key, plain = key_create(name="listed", allowed_models=["m"])
-    coordinator_keys_apply([{"key_id": "coord-1", "token_hash": hash_key("tok")}])
+    _coordinator_row("coord-1", "tok")
     out = run("listapikeys")
     assert "listed" in out and key.hint in out and "coord-1" in out
     assert plain not in out and key.key_hash not in out and hash_key("tok") not in out

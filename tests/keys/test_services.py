@@ -1,4 +1,4 @@
-"""Key writes: create/revoke/rotate, the coordinator apply, revision bumps."""
+"""Key writes: create/revoke/rotate, revision bumps; coordinator rows stay untouched."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from keys.keyring import hash_key
 from keys.models import ApiKey, KeySource
 from keys.selectors import compile_keyring
 from keys.services import (
-    CoordinatorKey,
-    coordinator_key_remove,
-    coordinator_keys_apply,
     key_create,
     key_delete,
     key_revoke,
@@ -160,101 +157,38 @@ def test_delete_bumps():
     assert current_revision() == before + 1 and not ApiKey.objects.exists()
 
 
-# -- coordinator -------------------------------------------------------------
-def wire(key_id, token, **kw):
-    return {"key_id": key_id, "token_hash": h(token), **kw}
-
-
-def test_coordinator_apply_creates_updates_and_deletes_only_its_rows():
-    op, op_plain = key_create(name="operator-key")
-    r = coordinator_keys_apply(
-        [
-            wire(
-                "key-a",
-                "tok-a",
-                allowed_models=["m"],
-                rate_limit=600,
-                expires_at="2026-12-31T23:59:59Z",
-                allowed_client_ips=["10.0.0.0/8"],
-            ),
-            {"key-id": "key-b", "token-hash": h("tok-b").upper(), "unknown-field": 1},
-        ]
+# -- coordinator rows ----------------------------------------------------------
+def coordinator_row(key_id: str, token: str, **fields) -> ApiKey:
+    return ApiKey.objects.create(
+        source=KeySource.COORDINATOR, key_id=key_id, name=key_id, key_hash=h(token), **fields
     )
-    assert (r.created, r.updated, r.deleted) == (2, 0, 0)
+
+
+def test_coordinator_rows_compile_into_the_keyring_by_key_id():
+    _op, op_plain = key_create(name="operator-key")
+    coordinator_row(
+        "key-a",
+        "tok-a",
+        allowed_models=["m"],
+        rate_limit=600,
+        expires_at=datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC),
+        allowed_client_ips=["10.0.0.0/8"],
+    )
     ring = compile_keyring()
     a = ring.lookup("tok-a")
     assert (
         a.id == "coordinator:key-a"
+        and a.source == "coordinator"
         and a.rate_limit == 600
         and a.allowed_models == {"m"}
     )
     assert a.expires_at == datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
-    assert ring.lookup("tok-b").source == "coordinator"
-
-    # A pull that lists only key-a (changed) deletes key-b, never the operator key.
-    r = coordinator_keys_apply([wire("key-a", "tok-a", allowed_models=["m", "n"])])
-    assert (r.created, r.updated, r.deleted) == (0, 1, 1)
-    r = coordinator_keys_apply([])
-    assert r.deleted == 1
-    assert list(ApiKey.objects.values_list("pk", flat=True)) == [op.pk]
-    assert compile_keyring().lookup(op_plain)
-
-
-def test_coordinator_apply_is_idempotent_and_bumps_only_on_change():
-    entries = [wire("key-a", "tok-a", rate_limit=5)]
-    coordinator_keys_apply(entries)
-    before = current_revision()
-    r = coordinator_keys_apply(entries)
-    assert not r.changed and current_revision() == before
-
-
-def test_coordinator_token_rotation_and_hash_swap():
-    coordinator_keys_apply([wire("a", "t1"), wire("b", "t2")])
-    r = coordinator_keys_apply([wire("a", "t2"), wire("b", "t1")])  # swapped
-    assert r.updated == 2
-    ring = compile_keyring()
-    assert (
-        ring.lookup("t1").id == "coordinator:b"
-        and ring.lookup("t2").id == "coordinator:a"
-    )
-
-
-def test_coordinator_cannot_claim_an_operator_token():
-    _op, op_plain = key_create(name="mine", allowed_models=["x"])
-    r = coordinator_keys_apply([{"key_id": "evil", "token_hash": hash_key(op_plain)}])
-    assert r.skipped == ("evil",) and not r.changed
-    assert compile_keyring().lookup(op_plain).source == "operator"
-
-
-def test_coordinator_bad_entries_are_skipped_and_never_logged(caplog):
-    r = coordinator_keys_apply(
-        [
-            {"token_hash": h("x")},
-            {"key_id": "short", "token_hash": "abc"},
-            {"key_id": "date", "token_hash": h("d"), "expires_at": "soon"},
-            wire("ok", "tok"),
-        ]
-    )
-    assert r.created == 1 and len(r.skipped) == 3
-    assert h("x") not in caplog.text and h("d") not in caplog.text
-
-
-def test_coordinator_remove_by_id():
-    coordinator_keys_apply([wire("a", "t1")])
-    op, _ = key_create(name="a")
-    assert coordinator_key_remove("a") is True
-    assert coordinator_key_remove("a") is False
-    assert list(ApiKey.objects.all()) == [op]
+    assert ring.lookup(op_plain).source == "operator"
 
 
 def test_operator_services_refuse_coordinator_rows():
-    coordinator_keys_apply([wire("a", "t1")])
-    row = ApiKey.objects.get(key_id="a")
+    row = coordinator_row("a", "t1")
     for fn in (key_revoke, key_rotate, key_delete):
         with pytest.raises(ValueError, match="coordinator"):
             fn(row)
 
-
-def test_coordinator_key_repr_hides_the_hash():
-    ck = CoordinatorKey.from_wire(wire("a", "t1"))
-    assert h("t1") not in repr(ck)
