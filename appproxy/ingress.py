@@ -1,7 +1,7 @@
 """Legacy Host ingress (seed §5.4, reference §5, LEG-5/6/7): Host → circuit.
 
 ``Ingress`` is built once per routing snapshot (appproxy/selectors.py) and
-read by every /v1 request before the API-key gate (router/proxy.py):
+read by every /v1 request before the API-key gate (router/admission.py):
 
 1. Host (port stripped, lower-cased, trailing dot dropped). The apex
    (wildcard_domain without its dot) and ``aggregation_hosts`` → None:

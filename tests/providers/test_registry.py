@@ -51,7 +51,8 @@ def test_each_provider_declares_kinds_path_dispatch_probe_and_listing(provider):
     assert provider.path in ("passthrough", "normalized")
     assert inspect.iscoroutinefunction(provider.start)
     assert list(inspect.signature(provider.start).parameters) == ["rt", "spec", "env", "model"]
-    assert list(inspect.signature(provider.respond).parameters) == ["ex", "env", "done"]
+    assert list(inspect.signature(provider.finish).parameters) == ["ex", "env"]
+    assert list(inspect.signature(provider.relay).parameters) == ["ex", "env", "done"]
     kind = sorted(provider.kinds)[0]
     assert isinstance(provider.probe_url(spec(kind), "/v1/models"), str)
     assert provider.listed_models({}) in (None, [])
