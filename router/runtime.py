@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import cast
 
 import httpx
 import orjson
@@ -23,13 +22,14 @@ from django.conf import settings
 from django.db import connections
 from httpx_aiohttp import AiohttpTransport
 
-from keys.gate import KeyGate, Mode
-from keys.ratelimit import ClusterLimiter, NodeLimiter, make_limiter
-
-from . import observe
+from . import extensions, observe
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
+from .redis import async_client
+from .revision import current_revision
+from .selectors import compile_snapshot
+from .services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ class Runtime:
         self.selector = Selector("weighted_round_robin")
         self.client: httpx.AsyncClient | None = None
         self.transport: httpx.AsyncBaseTransport | None = None
-        self.gate: KeyGate | None = None  # the key gate of the current snapshot
-        self.limiter: NodeLimiter | ClusterLimiter | None = None
+        # The key gate of the current snapshot (router.extensions); None = open.
+        self.gate: extensions.KeyGate | None = None
         self.capacity_changed: asyncio.Condition | None = None
         self.waiting = 0
         self._ready = asyncio.Event()
@@ -144,8 +144,6 @@ class Runtime:
                 delay = min(delay * 2, 5.0)
 
     async def _sync_config_file(self) -> None:
-        from .services import config_sync, resolve_config_path
-
         path = resolve_config_path()
         try:
             self._config_mtime = path.stat().st_mtime
@@ -154,8 +152,6 @@ class Runtime:
         await _in_thread(config_sync, path)
 
     async def reload(self) -> None:
-        from .selectors import compile_snapshot
-
         async with self._reload_lock:
             snap = await _in_thread(compile_snapshot)
             self.install(snap)
@@ -207,16 +203,14 @@ class Runtime:
         async with self.capacity_changed:
             self.capacity_changed.notify_all()
 
-    def _make_gate(self, snap: Snapshot) -> KeyGate:
-        if self.limiter is None or getattr(self.limiter, "scope", None) != snap.rate_limit_scope:
-            options = {"prefix": settings.ROUTER_REDIS_PREFIX + "ratelimit:"} if snap.rate_limit_scope == "cluster" else {}
-            self.limiter = make_limiter(snap.rate_limit_scope, **options)
-        return KeyGate(snap.keyring, cast(Mode, snap.api_keys_mode), self.limiter)
+    def _make_gate(self, snap: Snapshot) -> extensions.KeyGate | None:
+        """The registered factory's gate (it carries the rate limiter over from
+        the gate it replaces); no factory (the keys app absent) → open."""
+        factory = extensions.gate_factory()
+        return None if factory is None else factory(snap, self.gate)
 
     # -- background ------------------------------------------------------
     async def _listen(self) -> None:
-        from .redis import async_client
-
         delay = 0.2
         while True:
             pubsub = None
@@ -250,8 +244,6 @@ class Runtime:
                         pass
 
     async def _refresh_health(self) -> None:
-        from .redis import async_client
-
         try:
             data = await async_client().hgetall(health_key())
         except Exception:
@@ -272,9 +264,6 @@ class Runtime:
                 self.states.get(name).probe_healthy = bool(ok)
 
     async def _poll(self) -> None:
-        from .revision import current_revision
-        from .services import resolve_config_path
-
         last_db_check = 0.0
         while True:
             try:
