@@ -26,6 +26,7 @@ import threading
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -207,8 +208,6 @@ class AppProxySettings(BaseModel):
         return self.wildcard_domain.lstrip(".")
 
     def bus_url(self) -> str:
-        from django.conf import settings
-
         return self.redis_url or settings.REDIS_URL
 
     def registration_port(self) -> int:

@@ -35,10 +35,14 @@ from django.db import close_old_connections
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from router.config_schema import ConfigError
+from router.redis import async_client, sync_client
+
 from . import envelope
 from .config import AppProxySettings, load_settings
 from .envelope import CREATED, EnvelopeError
 from .events import APPLIED_EVENTS, EventRejected, apply_event, record_event
+from .worker import request_pull
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +58,6 @@ def alive_key(authority: str) -> str:
 
 
 def subscriber_alive(authority: str) -> bool:
-    from router.redis import sync_client
-
     try:
         return bool(sync_client().exists(alive_key(authority)))
     except RedisError:
@@ -82,8 +84,6 @@ class Subscriber:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def _settings(self) -> AppProxySettings | None:
-        from router.config_schema import ConfigError
-
         try:
             return self._load()
         except ConfigError as exc:
@@ -125,8 +125,6 @@ class Subscriber:
             self._executor.shutdown(wait=True)
 
     async def _session(self, s: AppProxySettings) -> None:
-        from router.redis import async_client
-
         key = _session_key(s)
         bus = aioredis.from_url(
             s.bus_url(),
@@ -171,8 +169,6 @@ class Subscriber:
                 await bus.aclose()
 
     async def _subscribed(self, s: AppProxySettings, node: Any) -> None:
-        from .worker import request_pull
-
         self.subscriptions += 1
         await node.set(alive_key(s.authority), str(self.subscriptions), ex=ALIVE_TTL)
         log.info(

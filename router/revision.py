@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import F
 
 from .models import RoutingRevision
+from .redis import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,6 @@ def bump_revision(reason: str) -> int:
 
 
 def publish_notice(revision: int, reason: str = "") -> None:
-    from .redis import sync_client
-
     try:
         sync_client().publish(settings.ROUTER_NOTICE_CHANNEL, str(revision))
     except Exception as exc:  # the safety poll still picks the change up
