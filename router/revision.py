@@ -4,6 +4,10 @@ Writers call `bump_revision()` inside the transaction of their change. After
 commit the new revision is published on Redis (`ROUTER_NOTICE_CHANNEL`), so
 every web process recompiles its snapshot within milliseconds; a safety poll
 covers a lost notice.
+
+A YAML edit the writer refused changes no revision; the writer leaves its
+message under `config_error_key()` instead (router/config_watch.py), which
+web processes read with their safety poll.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ def bump_revision(reason: str) -> int:
         revision = current_revision()
         transaction.on_commit(lambda: publish_notice(revision, reason))
     return revision
+
+
+def config_error_key() -> str:
+    """The message of the YAML file the writer last refused (absent once applied)."""
+    return settings.ROUTER_REDIS_PREFIX + "config:error"
 
 
 def publish_notice(revision: int, reason: str = "") -> None:

@@ -6,8 +6,13 @@ httpx client). Background tasks keep the snapshot current:
 
 - a Redis Pub/Sub listener on the change-notice channel (≤ 1 s reloads) and
   the health channel (active probe results from the tasks process);
-- a safety poll: the DB revision every ROUTER_POLL_SECONDS and the YAML
-  file's mtime every second (file edits apply without a restart).
+- a safety poll: the DB revision every ROUTER_POLL_SECONDS, and every
+  second the message of a YAML edit the writer refused (reported in /status
+  and the log).
+
+A web process applies the YAML file once, at start (digest-checked, so N
+processes write once); after that the tasks process is the one writer
+(router/config_watch.py) and an edit reaches this process as a revision.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
 from .redis import async_client
-from .revision import current_revision
+from .revision import config_error_key, current_revision
 from .selectors import compile_snapshot
 from .services import config_sync, resolve_config_path
 
@@ -85,7 +90,7 @@ class Runtime:
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._reload_lock = asyncio.Lock()
-        self._config_mtime: float | None = None
+        self._config_error: str | None = None  # the refusal last reported
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = time.time()
         self.last_error: str | None = None
@@ -144,12 +149,7 @@ class Runtime:
                 delay = min(delay * 2, 5.0)
 
     async def _sync_config_file(self) -> None:
-        path = resolve_config_path()
-        try:
-            self._config_mtime = path.stat().st_mtime
-        except OSError:
-            self._config_mtime = None
-        await _in_thread(config_sync, path)
+        await _in_thread(config_sync, resolve_config_path())
 
     async def reload(self) -> None:
         async with self._reload_lock:
@@ -268,17 +268,7 @@ class Runtime:
         while True:
             try:
                 await asyncio.sleep(1.0)
-                path = resolve_config_path()
-                try:
-                    mtime = path.stat().st_mtime
-                except OSError:
-                    mtime = None
-                if settings.ROUTER_WATCH_CONFIG and mtime != self._config_mtime:
-                    try:
-                        await self._sync_config_file()
-                    except Exception as exc:  # keep serving the old state
-                        self.last_error = str(exc)
-                        log.error("config file not applied: %s", exc)
+                await self._check_config_error()
                 now = time.monotonic()
                 if now - last_db_check >= settings.ROUTER_POLL_SECONDS:
                     last_db_check = now
@@ -289,6 +279,20 @@ class Runtime:
                 raise
             except Exception as exc:
                 log.warning("safety poll failed: %s", exc)
+
+
+    async def _check_config_error(self) -> None:
+        """Report a YAML edit the writer refused, once per refusal; the old
+        state keeps serving."""
+        try:
+            raw = await async_client().get(config_error_key())
+        except Exception:
+            return
+        error = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        if error is not None and error != self._config_error:
+            self.last_error = error
+            log.error("config file not applied: %s", error)
+        self._config_error = error
 
 
 _runtime: Runtime | None = None

@@ -50,7 +50,13 @@ def _spec(row: Backend) -> BackendSpec:
     )
 
 
+def document_digest() -> str:
+    """The digest of the YAML the mirror holds ("" before the first sync)."""
+    return ConfigDocument.objects.filter(pk=1).values_list("digest", flat=True).first() or ""
+
+
 def routing_document() -> RouterFile:
+    """The YAML as last applied (minus backends), `${ENV}` resolved here."""
     doc = ConfigDocument.objects.filter(pk=1).values_list("document", flat=True).first() or {}
     return RouterFile.model_validate(interpolate(doc))
 
