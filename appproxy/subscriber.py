@@ -83,9 +83,10 @@ class Subscriber:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    def _settings(self) -> AppProxySettings | None:
+    async def _settings(self) -> AppProxySettings | None:
+        """The section as applied to the DB (read off the event loop: it queries)."""
         try:
-            return self._load()
+            return await self._db(self._load)
         except ConfigError as exc:
             log.error("appproxy: config error: %s", exc)
             return None
@@ -100,7 +101,7 @@ class Subscriber:
         idle_logged = False
         try:
             while not self.stop.is_set():
-                s = self._settings()
+                s = await self._settings()
                 if s is None or not s.enabled or not s.events_enabled:
                     if not idle_logged:
                         log.info("appproxy: events are disabled (appproxy.enabled / events_enabled); idle")
@@ -146,7 +147,7 @@ class Subscriber:
                     alive_at = now
                 if now - checked_at >= CONFIG_CHECK:
                     checked_at = now
-                    fresh = self._settings()
+                    fresh = await self._settings()
                     if fresh is None or _session_key(fresh) != key:
                         log.info("appproxy: event settings changed; resubscribing")
                         return

@@ -1,7 +1,8 @@
 """The API-key gate every /v1 request passes (seed §9.7, RTR-4/5, KEY-1/3).
 
-Pure except the rate-limiter call. Built once per routing snapshot; a request
-keeps the gate of the snapshot it started with.
+Pure except the rate-limiter call. Built once per routing snapshot by
+`gate_for`, the key-gate factory this app registers with router.extensions;
+a request keeps the gate of the snapshot it started with.
 
 Blocking mode, in this order:
   no key → 401 missing_api_key; unknown (or revoked) → 401 invalid_api_key;

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from .core.snapshot import Snapshot
 
 __all__ = [
-    "Envelope",
     "GateFactory",
+    "IngressRequest",
     "IngressResolver",
     "KeyGate",
     "ReadinessCheck",
@@ -73,7 +73,7 @@ class GateFactory(Protocol):
     def __call__(self, snap: Snapshot, previous: KeyGate | None) -> KeyGate | None: ...
 
 
-class Envelope(Protocol):
+class IngressRequest(Protocol):
     """What an ingress resolver reads of a request."""
 
     host: str
@@ -84,9 +84,9 @@ class Envelope(Protocol):
 class IngressResolver(Protocol):
     """`Snapshot.ingress`: Host → a pinned model (appproxy.ingress.Ingress)."""
 
-    def resolve(self, env: Envelope, snap: Snapshot | None = None) -> str | None: ...
+    def resolve(self, env: IngressRequest, snap: Snapshot | None = None) -> str | None: ...
 
-    def resolve_target(self, env: Envelope, snap: Snapshot | None = None) -> tuple[str, str] | None:
+    def resolve_target(self, env: IngressRequest, snap: Snapshot | None = None) -> tuple[str, str] | None:
         """(model, backend-name prefix that scopes selection) or None for plain routing."""
         ...
 
