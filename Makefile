@@ -21,9 +21,11 @@ run-daphne: setup
 test: setup-dev
 	@$(PY) -m pytest
 
+## ruff, mypy, and the import contracts of pyproject.toml (router imports neither keys nor appproxy, …).
 lint: setup-dev
 	@$(PY) -m ruff check .
-	@$(PY) -m mypy router/core router/runtime.py router/providers appproxy fakes
+	@$(PY) -m mypy router/core router/runtime.py router/extensions.py router/pipeline.py router/admission.py router/providers appproxy fakes
+	@.venv/bin/lint-imports
 
 check: lint test
 

@@ -1,6 +1,23 @@
 from django.apps import AppConfig
 
+from router import extensions
+
 
 class AppproxyConfig(AppConfig):
     name = "appproxy"
     verbose_name = "AppProxy worker"
+
+    def ready(self) -> None:
+        """Plug the ``appproxy`` YAML section, the Host ingress table and the
+        worker's readiness and /status facts into the data plane
+        (router.extensions)."""
+        # Imported here, not at the top: these import appproxy.models, which
+        # Django only allows once every app is loaded, i.e. in ready().
+        from .config import validate_section
+        from .selectors import compile_ingress
+        from .status import readiness, worker_status
+
+        extensions.register_section_validator("appproxy", validate_section)
+        extensions.register_snapshot_part("ingress", compile_ingress)
+        extensions.register_readiness("appproxy", readiness)
+        extensions.register_status_section("appproxy", worker_status)

@@ -11,9 +11,9 @@ Invariants:
 - Only the wildcard frontend mode exists (seed §11: PORT mode needs dynamic
   listeners); ``wildcard_domain`` is normalised to a lower-case name with one
   leading dot (``*.x`` and ``x`` are accepted).
-- ``load_settings()`` reads the operator's YAML file (the source of truth for
-  the tasks and events processes, which never wait for a web process),
-  re-parsing only when the file changes.
+- ``load_settings()`` reads the section from the compiled document in the DB
+  (``router.ConfigDocument``, written from the YAML by the tasks process),
+  never the file; it re-parses only when the document's digest changes.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import threading
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
+from django.conf import settings
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -38,7 +39,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from router.config_schema import ConfigError
 from router.core.secret import Secret
+from router.selectors import document_digest, routing_document
 
 from .envelope import CHANNEL, Format
 
@@ -207,8 +210,6 @@ class AppProxySettings(BaseModel):
         return self.wildcard_domain.lstrip(".")
 
     def bus_url(self) -> str:
-        from django.conf import settings
-
         return self.redis_url or settings.REDIS_URL
 
     def registration_port(self) -> int:
@@ -279,33 +280,25 @@ def validate_section(raw: Any) -> None:
         raise PydanticCustomError("appproxy_config", "{detail}", {"detail": str(exc)}) from None
 
 
-# -- the operator file, cached by mtime ---------------------------------------
+# -- the applied document, cached by digest -----------------------------------
 
 _lock = threading.Lock()
 _cache: dict[str, Any] = {"key": None, "value": None}
 
 
 def load_settings() -> AppProxySettings | None:
-    """The section of the operator YAML (``ROUTER_CONFIG`` …), or None.
+    """The ``appproxy`` section of the applied YAML document, or None.
 
-    Re-parsed only when the file changes. A file that became invalid keeps the
-    last good settings (logged); the first load raises ``ConfigError``.
+    Re-parsed only when the document changes. A document this process cannot
+    resolve (a ``${ENV}`` it lacks) keeps the last good settings (logged); the
+    first load raises ``ConfigError``.
     """
-    from router.config_schema import ConfigError, load
-    from router.services import resolve_config_path
-
-    path = resolve_config_path()
-    try:
-        stat = path.stat()
-        key: tuple[Any, ...] = (str(path), stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        key = (str(path), None, None)
+    key = document_digest()
     with _lock:
         if _cache["key"] == key:
             return _cache["value"]
         try:
-            cfg, _ = load(path)
-            value = parse_section(cfg.appproxy)
+            value = parse_section(routing_document().appproxy)
         except (ConfigError, ValueError) as exc:
             if _cache["key"] is None:
                 raise ConfigError(str(exc)) from None

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .envelope import CREATED, REMOVED, ROUTE_UPDATED, Event
+from .models import EventRecord
 from .services import ApplyResult, reconcile_apply
 from .wire import Circuit, RouteInfo, parse_circuits
 
@@ -88,8 +89,6 @@ def record_event(
 ) -> None:
     """Insert one EventRecord (and now and then drop all but the newest)."""
     global _inserted
-    from .models import EventRecord
-
     EventRecord.objects.create(
         name=name[:100],
         fmt=fmt or "",

@@ -11,7 +11,9 @@ from typing import Any
 
 from .config import parse_section
 from .ingress import Ingress
+from .models import Circuit, WorkerState
 from .plan import ingress_table
+from .services import stored_circuit
 from .wire import Circuit as WireCircuit
 
 __all__ = ["compile_ingress", "mirror_circuits"]
@@ -19,9 +21,6 @@ __all__ = ["compile_ingress", "mirror_circuits"]
 
 def mirror_circuits() -> tuple[list[WireCircuit], dict[str, str]]:
     """The mirrored circuits (as wire objects) and model_key → model."""
-    from .models import Circuit
-    from .services import stored_circuit
-
     circuits: list[WireCircuit] = []
     models: dict[str, str] = {}
     for row in Circuit.objects.only("raw", "model", "circuit_id", "endpoint_id"):
@@ -38,8 +37,6 @@ def compile_ingress(cfg: Any) -> Ingress | None:
     settings = parse_section(getattr(cfg, "appproxy", None))
     if settings is None or not settings.enabled:
         return None
-    from .models import WorkerState
-
     circuits, models = mirror_circuits()
     state = WorkerState.objects.filter(authority=settings.authority).first()
     return Ingress(

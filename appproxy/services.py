@@ -32,10 +32,12 @@ from pydantic import ValidationError
 
 from router.core.backend import BackendSpec
 from router.models import Backend, Source
+from router.redis import sync_client
 from router.revision import bump_revision
 
 from . import discovery
-from .plan import SOURCE, Plan, desired_backends, plan
+from .models import Circuit, Route, WorkerState
+from .plan import SOURCE, Plan, backend_name, desired_backends, plan
 from .wire import Circuit as WireCircuit
 
 log = logging.getLogger(__name__)
@@ -54,8 +56,6 @@ LOCK_TTL = 60.0  # a crashed holder releases the lock after this
 
 def reconcile_lock(authority: str, *, blocking_timeout: float = 30.0):
     """The per-authority mutex shared by every process of this node."""
-    from router.redis import sync_client
-
     name = f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:reconcile:{authority}"
     return sync_client().lock(name, timeout=LOCK_TTL, blocking_timeout=blocking_timeout, thread_local=False)
 
@@ -74,8 +74,6 @@ class ApplyResult:
 
 def known_models() -> dict[str, str]:
     """model_key → model from the mirror (the durable discovery cache)."""
-    from .models import Circuit
-
     out: dict[str, str] = {}
     for circuit_id, endpoint_id, model in Circuit.objects.exclude(model="").values_list(
         "circuit_id", "endpoint_id", "model"
@@ -131,9 +129,6 @@ def _write_plan(p: Plan, now) -> None:
 
 
 def _write_circuit(row, circuit: WireCircuit, model: str, desired: Mapping[str, BackendSpec], now) -> None:
-    from .models import Circuit, Route
-    from .plan import backend_name
-
     fields: dict[str, Any] = {
         "subdomain": circuit.subdomain or "",
         "app": circuit.app,
@@ -184,8 +179,6 @@ def _apply_locked(
     keep: Collection[str] = (),
     pull_started: datetime | None = None,
 ) -> ApplyResult:
-    from .models import Circuit, WorkerState
-
     now = timezone.now()
     incoming = {str(c.id): c for c in circuits}
     with transaction.atomic():
@@ -306,8 +299,6 @@ def pull_and_apply(settings, *, client, worker_id: str, lock_timeout: float = 30
 def clear_mirror() -> ApplyResult | None:
     """Drop every mirrored circuit and appproxy backend (the worker was
     disabled or its section removed). None when there was nothing to drop."""
-    from .models import Circuit
-
     if not Circuit.objects.exists() and not Backend.objects.filter(source=Source.APPPROXY).exists():
         return None
     with reconcile_lock("(disabled)"):

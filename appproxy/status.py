@@ -1,9 +1,10 @@
 """/readyz and /status facts for the web process (LEG-8, OPS-3).
 
-The web process never talks to the coordinator. Readiness comes from the
-current routing snapshot (its ingress carries WorkerState as of the compile;
-registration and the first pull bump the revision), so /readyz costs no
-query. /status adds the live WorkerState (heartbeat and pull times), read in
+Registered with router.extensions (appproxy/apps.py); the router passes the
+snapshot a request reads. The web process never talks to the coordinator.
+Readiness comes from that snapshot (its ingress carries WorkerState as of the
+compile; registration and the first pull bump the revision), so /readyz costs
+no query. /status adds the live WorkerState (heartbeat and pull times), read in
 a short-lived thread and cached for ``STATUS_TTL`` seconds. Nothing here
 ever includes a secret.
 """
@@ -15,6 +16,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from django.db import close_old_connections
+
+from router.core.snapshot import Snapshot
+
+from .config import load_settings
+from .ingress import Ingress
+from .models import EventRecord, WorkerState
+from .subscriber import subscriber_alive
+
 __all__ = ["readiness", "worker_status"]
 
 STATUS_TTL = 1.0
@@ -23,15 +33,13 @@ _cache: dict[str, Any] = {"at": 0.0, "key": None, "value": None}
 _pool = ThreadPoolExecutor(1, thread_name_prefix="appproxy-status")
 
 
-def _ingress():
-    from router.runtime import get_runtime
-
-    return get_runtime().snapshot.ingress
+def _ingress(snap: Snapshot) -> Ingress | None:
+    return snap.ingress
 
 
-def readiness() -> dict[str, bool]:
+def readiness(snap: Snapshot) -> dict[str, bool]:
     """Empty when appproxy is disabled; else registered + first pull applied."""
-    ingress = _ingress()
+    ingress = _ingress(snap)
     if ingress is None:
         return {}
     return {
@@ -45,12 +53,6 @@ def _iso(value) -> str | None:
 
 
 def _live(authority: str) -> dict[str, Any]:
-    from django.db import close_old_connections
-
-    from .config import load_settings
-    from .models import EventRecord, WorkerState
-    from .subscriber import subscriber_alive
-
     close_old_connections()
     try:
         row = WorkerState.objects.filter(authority=authority).first()
@@ -88,9 +90,9 @@ def _live(authority: str) -> dict[str, Any]:
         close_old_connections()
 
 
-def worker_status() -> dict[str, Any]:
+def worker_status(snap: Snapshot) -> dict[str, Any]:
     """The worker's /status section (never a secret)."""
-    ingress = _ingress()
+    ingress = _ingress(snap)
     if ingress is None:
         return {"enabled": False}
     body: dict[str, Any] = {

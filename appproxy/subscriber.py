@@ -35,10 +35,14 @@ from django.db import close_old_connections
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from router.config_schema import ConfigError
+from router.redis import async_client, sync_client
+
 from . import envelope
 from .config import AppProxySettings, load_settings
 from .envelope import CREATED, EnvelopeError
 from .events import APPLIED_EVENTS, EventRejected, apply_event, record_event
+from .worker import request_pull
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +58,6 @@ def alive_key(authority: str) -> str:
 
 
 def subscriber_alive(authority: str) -> bool:
-    from router.redis import sync_client
-
     try:
         return bool(sync_client().exists(alive_key(authority)))
     except RedisError:
@@ -81,11 +83,10 @@ class Subscriber:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    def _settings(self) -> AppProxySettings | None:
-        from router.config_schema import ConfigError
-
+    async def _settings(self) -> AppProxySettings | None:
+        """The section as applied to the DB (read off the event loop: it queries)."""
         try:
-            return self._load()
+            return await self._db(self._load)
         except ConfigError as exc:
             log.error("appproxy: config error: %s", exc)
             return None
@@ -100,7 +101,7 @@ class Subscriber:
         idle_logged = False
         try:
             while not self.stop.is_set():
-                s = self._settings()
+                s = await self._settings()
                 if s is None or not s.enabled or not s.events_enabled:
                     if not idle_logged:
                         log.info("appproxy: events are disabled (appproxy.enabled / events_enabled); idle")
@@ -125,8 +126,6 @@ class Subscriber:
             self._executor.shutdown(wait=True)
 
     async def _session(self, s: AppProxySettings) -> None:
-        from router.redis import async_client
-
         key = _session_key(s)
         bus = aioredis.from_url(
             s.bus_url(),
@@ -148,7 +147,7 @@ class Subscriber:
                     alive_at = now
                 if now - checked_at >= CONFIG_CHECK:
                     checked_at = now
-                    fresh = self._settings()
+                    fresh = await self._settings()
                     if fresh is None or _session_key(fresh) != key:
                         log.info("appproxy: event settings changed; resubscribing")
                         return
@@ -171,8 +170,6 @@ class Subscriber:
                 await bus.aclose()
 
     async def _subscribed(self, s: AppProxySettings, node: Any) -> None:
-        from .worker import request_pull
-
         self.subscriptions += 1
         await node.set(alive_key(s.authority), str(self.subscriptions), ex=ALIVE_TTL)
         log.info(

@@ -29,8 +29,13 @@ from celery.signals import worker_shutdown
 from django.conf import settings as django_settings
 from redis.exceptions import LockError, RedisError
 
+from router.config_schema import ConfigError
+from router.redis import sync_client
+
 from . import lifecycle, worker
 from .config import AppProxySettings, load_settings
+from .services import clear_mirror
+from .subscriber import subscriber_alive
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,6 @@ _cleared_for: object = _UNSET
 def _settings() -> AppProxySettings | None:
     """The enabled section, or None (disabled, absent or invalid)."""
     global _cleared_for
-    from router.config_schema import ConfigError
 
     try:
         s = load_settings()
@@ -57,8 +61,6 @@ def _settings() -> AppProxySettings | None:
         _cleared_for = _UNSET
         return s
     if _cleared_for is not s:  # once per config change: a disabled worker serves no circuits
-        from .services import clear_mirror
-
         if clear_mirror() is not None:
             log.info("appproxy: disabled; mirrored circuits and their backends removed")
         _cleared_for = s
@@ -74,8 +76,6 @@ _LOCK_OF = {lifecycle.REGISTER: "session", lifecycle.HEARTBEAT: "session", lifec
 
 @contextlib.contextmanager
 def _exclusive(authority: str, job: str) -> Iterator[bool]:
-    from router.redis import sync_client
-
     lock = sync_client().lock(_lock_name(authority, _LOCK_OF[job]), timeout=JOB_TTL, thread_local=False)
     try:
         got = lock.acquire(blocking=False)
@@ -91,8 +91,6 @@ def _exclusive(authority: str, job: str) -> Iterator[bool]:
 
 
 def _busy(authority: str, job: str) -> bool:
-    from router.redis import sync_client
-
     try:
         return bool(sync_client().exists(_lock_name(authority, _LOCK_OF[job])))
     except RedisError:
@@ -103,8 +101,6 @@ def _subscriber_ready(s: AppProxySettings) -> bool:
     """Subscribe before registering (reference §4), within a grace period."""
     if not s.events_enabled:
         return True
-    from .subscriber import subscriber_alive
-
     if subscriber_alive(s.authority):
         _waiting_since.pop(s.authority, None)
         return True

@@ -19,6 +19,7 @@ django_app = get_asgi_application()
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from config.lean import LeanASGIHandler  # noqa: E402
+from dashboard.routing import websocket_app  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 
 lean_app = LeanASGIHandler()
@@ -49,6 +50,4 @@ async def application(scope, receive, send):
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     elif kind == "websocket":
-        from dashboard.routing import websocket_app
-
         await websocket_app(scope, receive, send)

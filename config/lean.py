@@ -30,6 +30,9 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
 from django.urls import set_script_prefix
 
+from router.core.errors import RequestTooLarge
+from router.runtime import get_runtime
+
 # The Django releases this handler was read against: [from, to). Outside it,
 # tests/config/test_lean.py fails until someone re-reads Django's handlers.
 DJANGO_CHECKED = ((5, 2), (6, 0))
@@ -125,8 +128,6 @@ class _TooLarge(Exception):
 
 
 def body_limit() -> int:
-    from router.runtime import get_runtime
-
     snap = get_runtime().snapshot
     return snap.max_body_bytes if snap.revision >= 0 else settings.ROUTER_MAX_BODY_BYTES
 
@@ -142,8 +143,6 @@ def _declared_length(scope) -> int:
 
 
 async def _send_too_large(send, limit: int) -> None:
-    from router.core.errors import RequestTooLarge
-
     body = RequestTooLarge(f"The request body is larger than {limit} bytes.").to_body()
     await send(
         {

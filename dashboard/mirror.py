@@ -66,6 +66,9 @@ def _ips(value: Any) -> list[str]:
 # -- row builders (pure) ------------------------------------------------------
 def subscriber_alive(authority: str) -> bool | None:
     """Whether the events process is subscribed for `authority` (None: unknown)."""
+    # Imported when asked, not at the top: appproxy is optional for the
+    # dashboard (see the module docstring), and its subscriber module needs
+    # the appproxy models loaded.
     try:
         from appproxy.subscriber import subscriber_alive as alive
     except ImportError:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
+from router import redis as router_redis
 from router.observe import RECENT_MAX, recent_key
 
 from .selectors import iso, rounded
@@ -70,11 +71,9 @@ def observation_row(obs: dict[str, Any]) -> dict[str, Any]:
 
 def recent_requests(limit: int = 50) -> dict[str, Any]:
     """{'available': bool, 'error': str|None, 'items': [row, ...]} newest first."""
-    from router.redis import sync_client
-
     limit = max(1, min(limit, RECENT_MAX))
     try:
-        raw = sync_client().lrange(recent_key(), 0, limit - 1)
+        raw = router_redis.sync_client().lrange(recent_key(), 0, limit - 1)
     except RedisError as exc:
         return {"available": False, "error": f"Redis unavailable ({type(exc).__name__})", "items": []}
     items = []

@@ -23,10 +23,14 @@ from typing import Any
 
 from django.utils import timezone
 
+from keys.selectors import key_list
 from router.core.health import BackendState
 from router.core.snapshot import EMPTY, Snapshot
+from router.ops import readiness
 from router.providers import path_of
+from router.revision import current_revision
 from router.runtime import Runtime
+from router.selectors import compile_snapshot
 
 _IDLE = BackendState()
 
@@ -55,8 +59,6 @@ def routing_view(rt: Runtime) -> RoutingView:
     """The snapshot to show: the live one, else one compiled from the DB."""
     if rt.ready:
         return RoutingView(rt.snapshot, "live")
-    from router.selectors import compile_snapshot
-
     try:
         return RoutingView(compile_snapshot(), "db")
     except Exception as exc:  # a broken mirror must not take the dashboard down
@@ -149,9 +151,6 @@ def fallback_rows(view: RoutingView) -> list[dict[str, Any]]:
 
 
 def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -> dict[str, Any]:
-    from router.ops import readiness
-    from router.revision import current_revision
-
     ready, checks = readiness()
     snap = view.snapshot
     return {
@@ -177,8 +176,6 @@ def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -
 
 def key_rows() -> list[dict[str, Any]]:
     """Masked fields only: never `key_hash`, never a plaintext."""
-    from keys.selectors import key_list
-
     now = timezone.now()
     fields = (
         "pk",

@@ -1,7 +1,20 @@
 from django.apps import AppConfig
 
+from router import extensions
+
+from .gate import gate_for
+
 
 class KeysConfig(AppConfig):
     name = "keys"
     verbose_name = "API keys"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Plug the key gate and the keyring into the data plane (router.extensions)."""
+        # Imported here, not at the top: keys.selectors imports keys.models, which
+        # Django only allows once every app is loaded, i.e. in ready().
+        from .selectors import compile_keyring
+
+        extensions.register_gate_factory(gate_for)
+        extensions.register_snapshot_part("keyring", lambda _document: compile_keyring())

@@ -1,7 +1,8 @@
 """The API-key gate every /v1 request passes (seed §9.7, RTR-4/5, KEY-1/3).
 
-Pure except the rate-limiter call. Built once per routing snapshot; a request
-keeps the gate of the snapshot it started with.
+Pure except the rate-limiter call. Built once per routing snapshot by
+`gate_for`, the key-gate factory this app registers with router.extensions;
+a request keeps the gate of the snapshot it started with.
 
 Blocking mode, in this order:
   no key → 401 missing_api_key; unknown (or revoked) → 401 invalid_api_key;
@@ -31,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
-from typing import Literal, Protocol
+from typing import Literal, cast
 
 from router.core.errors import (
     ClientIpNotAllowed,
@@ -43,20 +44,14 @@ from router.core.errors import (
     RateLimited,
 )
 from router.core.ipnets import ip_allowed
+from router.core.snapshot import Snapshot
 
 from .keyring import EMPTY, KeyRecord, Keyring
+from .ratelimit import Limiter, limiter_for
 
 Mode = Literal["open", "blocking"]
 _sha256 = hashlib.sha256
 _compare = hmac.compare_digest
-
-
-class Limiter(Protocol):
-    scope: str
-
-    async def acquire(self, bucket: str, limit: int, now: float) -> tuple[bool, int]:
-        """Count one request; (allowed, retry_after_seconds)."""
-        ...
 
 
 def extract_key(headers: Mapping[str, str]) -> str | None:
@@ -100,6 +95,10 @@ class KeyGate:
 
     def __repr__(self) -> str:
         return f"<KeyGate {self.mode} {len(self._keys)} keys>"
+
+    @property
+    def limiter(self) -> Limiter | None:
+        return self._limiter
 
     async def admit(
         self, headers: Mapping[str, str], client_ip: str, now: float
@@ -161,3 +160,11 @@ def check_model(key: KeyRecord | None, name: str, *, known: bool) -> None:
 
 def visible(key: KeyRecord | None, names: Iterable[str]) -> list[str]:
     return KeyGate.visible(key, names)
+
+
+def gate_for(snap: Snapshot, previous: object | None) -> KeyGate:
+    """The gate of a routing snapshot (the router's key-gate factory, see
+    router.extensions). The rate limiter of the gate it replaces is kept,
+    with its windows, unless the snapshot changed the limiter scope."""
+    limiter = previous.limiter if isinstance(previous, KeyGate) else None
+    return KeyGate(snap.keyring, cast(Mode, snap.api_keys_mode), limiter_for(snap.rate_limit_scope, limiter))

@@ -33,11 +33,22 @@ import os
 import threading
 import uuid
 from collections import OrderedDict, deque
-from typing import Any
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from django.conf import settings
 
 log = logging.getLogger(__name__)
 
 WINDOW = 60.0
+
+
+class Limiter(Protocol):
+    scope: str
+
+    async def acquire(self, bucket: str, limit: int, now: float) -> tuple[bool, int]:
+        """Count one request; (allowed, retry_after_seconds)."""
+        ...
 
 
 def _retry_after(seconds: float) -> int:
@@ -151,13 +162,7 @@ class ClusterLimiter:
         if entry is None:
             client = self._fixed_client
             if client is None:
-                import redis.asyncio as aioredis
-
-                url = self._url
-                if url is None:
-                    from django.conf import settings
-
-                    url = settings.REDIS_URL
+                url = self._url if self._url is not None else settings.REDIS_URL
                 client = aioredis.Redis.from_url(
                     url,
                     socket_timeout=self.timeout,
@@ -218,3 +223,12 @@ def make_limiter(scope: str = "node", **options: Any) -> NodeLimiter | ClusterLi
     raise ValueError(
         f"api_keys.rate_limit_scope must be 'node' or 'cluster', not {scope!r}"
     )
+
+
+def limiter_for(scope: str, previous: Limiter | None) -> Limiter:
+    """The limiter after a routing reload: `previous` (its windows intact)
+    unless `api_keys.rate_limit_scope` changed, else a new one of `scope`."""
+    if previous is not None and previous.scope == scope:
+        return previous
+    options = {"prefix": settings.ROUTER_REDIS_PREFIX + "ratelimit:"} if scope == "cluster" else {}
+    return make_limiter(scope, **options)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.core import checks
 
+from .config_schema import ConfigError, load
+from .services import resolve_config_path
+
 
 @checks.register("router")
 def check_router_config(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    from .config_schema import ConfigError, load
-    from .services import resolve_config_path
-
     path = resolve_config_path()
     if not path.exists():
         return [checks.Error(f"the router config {path} does not exist",

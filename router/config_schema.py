@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from . import extensions
 from .core.ipnets import parse_networks
 from .providers import KINDS
 
@@ -120,17 +121,17 @@ class RouterFile(_Strict):
     api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
-    # Validated by the appproxy app (seed §7 / §9.11); kept raw here.
+    # Kept raw here and validated by the app that owns the section (the
+    # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None
     appproxy_router: dict[str, Any] | None = None
 
-    @field_validator("appproxy")
+    @field_validator("appproxy", "appproxy_router")
     @classmethod
-    def _appproxy(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            from appproxy.config import validate_section  # the appproxy app owns its schema
-
-            validate_section(v)
+    def _owned_section(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        validate = extensions.section_validator(str(info.field_name))
+        if v is not None and validate is not None:
+            validate(v)
         return v
 
     @model_validator(mode="after")

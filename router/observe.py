@@ -13,7 +13,10 @@ import time
 from collections import deque
 
 import orjson
+from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
+
+from .redis import async_client
 
 log = logging.getLogger("router.requests")
 
@@ -41,8 +44,6 @@ _queue: deque[dict] = deque(maxlen=10_000)
 
 
 def recent_key() -> str:
-    from django.conf import settings
-
     return settings.ROUTER_REDIS_PREFIX + "recent"
 _event: asyncio.Event | None = None
 
@@ -88,8 +89,6 @@ def _emit(obs: dict) -> None:
 
 async def run_drainer(interval: float = 0.25) -> None:
     """Background task of each web process."""
-    from .redis import async_client
-
     while True:
         await asyncio.sleep(interval)
         items = drain()

@@ -1,4 +1,8 @@
-"""Operator endpoints: /livez, /readyz, /metrics, /status."""
+"""Operator endpoints: /livez, /readyz, /metrics, /status.
+
+Apps above the router add their readiness checks and /status sections
+through router.extensions.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,8 @@ import orjson
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from appproxy.status import readiness as appproxy_readiness
-from appproxy.status import worker_status
-
+from . import extensions
+from .observe import IN_FLIGHT
 from .runtime import get_runtime
 
 
@@ -25,7 +28,9 @@ async def livez(request: HttpRequest) -> HttpResponse:
 def readiness() -> tuple[bool, dict]:
     rt = get_runtime()
     checks = {"snapshot": rt.ready}
-    checks.update(appproxy_readiness())
+    snap = rt.snapshot
+    for check in extensions.readiness_checks():
+        checks.update(check(snap))
     return all(checks.values()), checks
 
 
@@ -42,8 +47,6 @@ async def readyz(request: HttpRequest) -> HttpResponse:
 
 
 def _refresh_backend_gauges() -> None:
-    from .observe import IN_FLIGHT
-
     rt = get_runtime()
     for name, state in rt.states.items():
         IN_FLIGHT.labels(name).set(state.in_flight)
@@ -81,5 +84,6 @@ async def status(request: HttpRequest) -> HttpResponse:
         ],
         "last_error": rt.last_error,
     }
-    body["appproxy"] = worker_status()
+    for name, section in extensions.status_sections().items():
+        body[name] = section(snap)
     return _json(body)

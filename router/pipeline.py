@@ -125,14 +125,11 @@ class Routed:
         if self._finished:  # the body was taken, or the relay's own finally ran
             return
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+            asyncio.get_running_loop().create_task(self.aclose())
+        except RuntimeError:  # not on the event loop's thread
             loop = self._rt.loop
-            if loop is None:
-                return
-            loop.call_soon_threadsafe(lambda: loop.create_task(self.aclose()))
-            return
-        loop.create_task(self.aclose())
+            if loop is not None:
+                loop.call_soon_threadsafe(lambda: loop.create_task(self.aclose()))
 
     async def __aenter__(self) -> Routed:
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import redis
@@ -19,8 +20,6 @@ _async_clients: dict[int, aioredis.Redis] = {}
 
 def async_client() -> aioredis.Redis:
     """One asyncio client per event loop (a client is bound to its loop)."""
-    import asyncio
-
     loop = asyncio.get_running_loop()
     client = _async_clients.get(id(loop))
     if client is None:

@@ -4,6 +4,10 @@ Writers call `bump_revision()` inside the transaction of their change. After
 commit the new revision is published on Redis (`ROUTER_NOTICE_CHANNEL`), so
 every web process recompiles its snapshot within milliseconds; a safety poll
 covers a lost notice.
+
+A YAML edit the writer refused changes no revision; the writer leaves its
+message under `config_error_key()` instead (router/config_watch.py), which
+web processes read with their safety poll.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from django.db import transaction
 from django.db.models import F
 
 from .models import RoutingRevision
+from .redis import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +42,12 @@ def bump_revision(reason: str) -> int:
     return revision
 
 
-def publish_notice(revision: int, reason: str = "") -> None:
-    from .redis import sync_client
+def config_error_key() -> str:
+    """The message of the YAML file the writer last refused (absent once applied)."""
+    return settings.ROUTER_REDIS_PREFIX + "config:error"
 
+
+def publish_notice(revision: int, reason: str = "") -> None:
     try:
         sync_client().publish(settings.ROUTER_NOTICE_CHANNEL, str(revision))
     except Exception as exc:  # the safety poll still picks the change up

@@ -6,8 +6,13 @@ httpx client). Background tasks keep the snapshot current:
 
 - a Redis Pub/Sub listener on the change-notice channel (≤ 1 s reloads) and
   the health channel (active probe results from the tasks process);
-- a safety poll: the DB revision every ROUTER_POLL_SECONDS and the YAML
-  file's mtime every second (file edits apply without a restart).
+- a safety poll: the DB revision every ROUTER_POLL_SECONDS, and every
+  second the message of a YAML edit the writer refused (reported in /status
+  and the log).
+
+A web process applies the YAML file once, at start (digest-checked, so N
+processes write once); after that the tasks process is the one writer
+(router/config_watch.py) and an edit reaches this process as a revision.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import cast
 
 import httpx
 import orjson
@@ -23,13 +27,14 @@ from django.conf import settings
 from django.db import connections
 from httpx_aiohttp import AiohttpTransport
 
-from keys.gate import KeyGate, Mode
-from keys.ratelimit import ClusterLimiter, NodeLimiter, make_limiter
-
-from . import observe
+from . import extensions, observe
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
+from .redis import async_client
+from .revision import config_error_key, current_revision
+from .selectors import compile_snapshot
+from .services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +82,15 @@ class Runtime:
         self.selector = Selector("weighted_round_robin")
         self.client: httpx.AsyncClient | None = None
         self.transport: httpx.AsyncBaseTransport | None = None
-        self.gate: KeyGate | None = None  # the key gate of the current snapshot
-        self.limiter: NodeLimiter | ClusterLimiter | None = None
+        # The key gate of the current snapshot (router.extensions); None = open.
+        self.gate: extensions.KeyGate | None = None
         self.capacity_changed: asyncio.Condition | None = None
         self.waiting = 0
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._reload_lock = asyncio.Lock()
-        self._config_mtime: float | None = None
+        self._config_error: str | None = None  # the refusal last reported
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = time.time()
         self.last_error: str | None = None
@@ -144,18 +149,9 @@ class Runtime:
                 delay = min(delay * 2, 5.0)
 
     async def _sync_config_file(self) -> None:
-        from .services import config_sync, resolve_config_path
-
-        path = resolve_config_path()
-        try:
-            self._config_mtime = path.stat().st_mtime
-        except OSError:
-            self._config_mtime = None
-        await _in_thread(config_sync, path)
+        await _in_thread(config_sync, resolve_config_path())
 
     async def reload(self) -> None:
-        from .selectors import compile_snapshot
-
         async with self._reload_lock:
             snap = await _in_thread(compile_snapshot)
             self.install(snap)
@@ -207,16 +203,14 @@ class Runtime:
         async with self.capacity_changed:
             self.capacity_changed.notify_all()
 
-    def _make_gate(self, snap: Snapshot) -> KeyGate:
-        if self.limiter is None or getattr(self.limiter, "scope", None) != snap.rate_limit_scope:
-            options = {"prefix": settings.ROUTER_REDIS_PREFIX + "ratelimit:"} if snap.rate_limit_scope == "cluster" else {}
-            self.limiter = make_limiter(snap.rate_limit_scope, **options)
-        return KeyGate(snap.keyring, cast(Mode, snap.api_keys_mode), self.limiter)
+    def _make_gate(self, snap: Snapshot) -> extensions.KeyGate | None:
+        """The registered factory's gate (it carries the rate limiter over from
+        the gate it replaces); no factory (the keys app absent) → open."""
+        factory = extensions.gate_factory()
+        return None if factory is None else factory(snap, self.gate)
 
     # -- background ------------------------------------------------------
     async def _listen(self) -> None:
-        from .redis import async_client
-
         delay = 0.2
         while True:
             pubsub = None
@@ -250,8 +244,6 @@ class Runtime:
                         pass
 
     async def _refresh_health(self) -> None:
-        from .redis import async_client
-
         try:
             data = await async_client().hgetall(health_key())
         except Exception:
@@ -272,24 +264,11 @@ class Runtime:
                 self.states.get(name).probe_healthy = bool(ok)
 
     async def _poll(self) -> None:
-        from .revision import current_revision
-        from .services import resolve_config_path
-
         last_db_check = 0.0
         while True:
             try:
                 await asyncio.sleep(1.0)
-                path = resolve_config_path()
-                try:
-                    mtime = path.stat().st_mtime
-                except OSError:
-                    mtime = None
-                if settings.ROUTER_WATCH_CONFIG and mtime != self._config_mtime:
-                    try:
-                        await self._sync_config_file()
-                    except Exception as exc:  # keep serving the old state
-                        self.last_error = str(exc)
-                        log.error("config file not applied: %s", exc)
+                await self._check_config_error()
                 now = time.monotonic()
                 if now - last_db_check >= settings.ROUTER_POLL_SECONDS:
                     last_db_check = now
@@ -300,6 +279,20 @@ class Runtime:
                 raise
             except Exception as exc:
                 log.warning("safety poll failed: %s", exc)
+
+
+    async def _check_config_error(self) -> None:
+        """Report a YAML edit the writer refused, once per refusal; the old
+        state keeps serving."""
+        try:
+            raw = await async_client().get(config_error_key())
+        except Exception:
+            return
+        error = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        if error is not None and error != self._config_error:
+            self.last_error = error
+            log.error("config file not applied: %s", error)
+        self._config_error = error
 
 
 _runtime: Runtime | None = None

@@ -1,10 +1,15 @@
-"""Reads of the routing mirror: compile the immutable Snapshot (off the hot path)."""
+"""Reads of the routing mirror: compile the immutable Snapshot (off the hot path).
+
+The Snapshot fields other apps own (the keyring, the Host ingress table) come
+from the snapshot parts they register in router.extensions.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 
+from . import extensions
 from .config_schema import RouterFile, interpolate
 from .core.backend import BackendSpec
 from .core.health import HealthPolicy
@@ -45,7 +50,13 @@ def _spec(row: Backend) -> BackendSpec:
     )
 
 
+def document_digest() -> str:
+    """The digest of the YAML the mirror holds ("" before the first sync)."""
+    return ConfigDocument.objects.filter(pk=1).values_list("digest", flat=True).first() or ""
+
+
 def routing_document() -> RouterFile:
+    """The YAML as last applied (minus backends), `${ENV}` resolved here."""
     doc = ConfigDocument.objects.filter(pk=1).values_list("document", flat=True).first() or {}
     return RouterFile.model_validate(interpolate(doc))
 
@@ -54,11 +65,8 @@ def compile_snapshot() -> Snapshot:
     revision = current_revision()
     cfg = routing_document()
     backends = {row.name: _spec(row) for row in Backend.objects.all()}
-    from appproxy.selectors import compile_ingress
-    from keys.selectors import compile_keyring
-
-    keyring = compile_keyring()
-    ingress = compile_ingress(cfg)
+    # The keyring, the Host ingress table…: compiled by the apps that own them.
+    parts = {name: compile(cfg) for name, compile in extensions.snapshot_parts().items()}
     h = cfg.health
     return Snapshot(
         revision=revision,
@@ -86,7 +94,6 @@ def compile_snapshot() -> Snapshot:
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
-        keyring=keyring,
-        ingress=ingress,
         created=int(time.time()),
+        **parts,
     )

@@ -20,7 +20,10 @@ from celery import shared_task
 
 from .core.health import StateTable
 from .providers import listed_models, probe_url
+from .redis import sync_client
 from .runtime import health_key
+from .selectors import compile_snapshot
+from .services import discovered_models_apply
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +41,6 @@ def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple
 
 @shared_task(name="router.probe_backends", ignore_result=True, expires=5)
 def probe_backends() -> dict[str, bool]:
-    from .redis import sync_client
-    from .selectors import compile_snapshot
-
     snap = compile_snapshot()
     policy = snap.health
     if not snap.health_enabled or policy is None:
@@ -71,8 +71,6 @@ def probe_backends() -> dict[str, bool]:
         state.on_probe(ok, now)
         verdicts[name] = state.probe_healthy
     if found:
-        from .services import discovered_models_apply
-
         discovered_models_apply(found)
     redis = sync_client()
     try:

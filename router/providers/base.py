@@ -19,9 +19,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import httpx
+
     from ..core.backend import BackendSpec
     from ..request import Envelope
-    from ..runtime import Runtime
+
+
+class Upstreams(Protocol):
+    """What a provider needs of the web process: its upstream transport
+    (router.runtime.Runtime is one; providers never import the runtime)."""
+
+    transport: httpx.AsyncBaseTransport | None
 
 
 class UpstreamFailed(Exception):
@@ -50,7 +58,7 @@ class Provider(Protocol):
     kinds: frozenset[str]  # the `kind:` values this provider serves
     path: str  # the execution path: "passthrough" | "normalized"
 
-    async def start(self, rt: Runtime, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+    async def start(self, rt: Upstreams, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         """Send to `spec`; read the whole body (non-stream) or the first chunk."""
         ...
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from appproxy import config as appproxy_config
 from appproxy.config import AppProxySettings, parse_duration, parse_section
 from router.config_schema import ConfigError, parse
 from router.core.secret import Secret
+from router.services import config_sync
 
 SECRET = "s3cr3t-" + "x" * 30
 BASE = {
@@ -133,3 +135,18 @@ def test_env_interpolation_of_secrets(monkeypatch):
     monkeypatch.delenv("APX_TEST_SECRET")
     with pytest.raises(ConfigError, match="APX_TEST_SECRET"):
         parse(text)
+
+
+def test_load_settings_reads_the_applied_document_not_the_file(db, tmp_path, settings, monkeypatch):
+    """Readers use what the writer applied: an unapplied edit is not seen."""
+    monkeypatch.setattr(appproxy_config, "_cache", {"key": None, "value": None})
+    path = tmp_path / "router.yaml"
+    settings.ROUTER_CONFIG = str(path)
+    path.write_text("appproxy: {enabled: false, authority: first}\n")
+    assert appproxy_config.load_settings() is None  # nothing applied yet
+    config_sync(path)
+    assert appproxy_config.load_settings().authority == "first"
+    path.write_text("appproxy: {enabled: false, authority: second}\n")
+    assert appproxy_config.load_settings().authority == "first"
+    config_sync(path)
+    assert appproxy_config.load_settings().authority == "second"

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from keys.gate import KeyGate, extract_key
+from keys.gate import KeyGate, extract_key, gate_for
 from keys.keyring import Keyring, hash_key, make_record
-from keys.ratelimit import NodeLimiter
+from keys.ratelimit import ClusterLimiter, NodeLimiter
 from router.core.errors import (
     ClientIpNotAllowed,
     ExpiredApiKey,
@@ -18,6 +18,7 @@ from router.core.errors import (
     ModelNotFound,
     RateLimited,
 )
+from router.core.snapshot import Snapshot
 
 NOW = 1_800_000_000.0
 GOOD = "sk-good-0000000000000000000000000000000000000"
@@ -256,3 +257,29 @@ async def test_admit_costs_well_under_a_tenth_of_a_millisecond():
         await gate.admit(headers, "1.2.3.4", NOW + i * 1e-3)
     per_call = (time.process_time() - start) / n
     assert per_call < 100e-6, f"{per_call * 1e6:.1f} µs per admission"
+
+
+# -- the gate of a routing snapshot (the router's key-gate factory) ---------
+def _snap(**kw):
+    return Snapshot(revision=1, backends={}, by_model={}, **kw)
+
+
+def test_gate_for_applies_the_snapshot_mode_and_keyring():
+    gate = gate_for(_snap(api_keys_mode="blocking", keyring=RING), None)
+    assert gate.blocking
+    assert gate.limiter is not None and gate.limiter.scope == "node"
+
+
+def test_gate_for_keeps_the_limiter_while_the_scope_is_unchanged():
+    first = gate_for(_snap(), None)
+    again = gate_for(_snap(api_keys_mode="blocking"), first)
+    assert again.limiter is first.limiter
+
+
+def test_gate_for_switches_the_limiter_when_the_scope_changes(settings):
+    node = gate_for(_snap(), None)
+    cluster = gate_for(_snap(rate_limit_scope="cluster"), node)
+    assert isinstance(cluster.limiter, ClusterLimiter)
+    assert cluster.limiter.prefix == settings.ROUTER_REDIS_PREFIX + "ratelimit:"
+    back = gate_for(_snap(), cluster)
+    assert isinstance(back.limiter, NodeLimiter) and back.limiter is not node.limiter

@@ -43,8 +43,9 @@ def test_two_web_processes_see_a_db_change_within_one_second(openai_backends, ro
 
 
 def test_yaml_edit_applies_without_restart_and_bad_edit_is_refused(openai_backends, router_factory):
+    """The tasks process applies the edit; the web process reports a refused one."""
     a, b = openai_backends("a", "b")
-    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n")
+    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n", tasks=True)
     assert httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "two"}).status_code == 404
     router.write_config(
         f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n  - {{name: b, url: '{b.url}', models: [two]}}\n"
@@ -57,6 +58,24 @@ def test_yaml_edit_applies_without_restart_and_bad_edit_is_refused(openai_backen
     assert router.revision() == revision  # the old state keeps serving
     assert httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "two"}).status_code == 200
     assert "backends[0].wieght: unknown key" in router.logs()
+
+
+def test_a_web_process_alone_applies_the_yaml_only_at_start(openai_backends, router_factory):
+    """The tasks process is the one writer: without it an edit stays unapplied
+    (the web process used to watch the file itself), and a restart applies it."""
+    a, b = openai_backends("a", "b")
+    router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n")
+    revision = router.revision()
+    router.config_path.write_text(
+        f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n  - {{name: b, url: '{b.url}', models: [two]}}\n"
+    )
+    time.sleep(3)  # three times the 1 s file watch this process no longer runs
+    assert router.revision() == revision
+    assert httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "two"}).status_code == 404
+    router.stop()
+    router.start()
+    assert router.revision() > revision
+    assert httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "two"}).status_code == 200
 
 
 def test_secret_from_env_reaches_upstream_but_not_the_db(openai_backends, router_factory):

@@ -165,7 +165,7 @@ def test_concurrent_streams_survive_a_reload_that_removes_their_backend(openai_b
     a.behavior.chunk_delay_s = 0.3
     a.behavior.chunks = 8
     cfg_ab = f"backends:\n  - {{name: a, url: '{a.url}', models: [slow]}}\n  - {{name: b, url: '{b.url}', models: [m]}}\n"
-    router = router_factory(cfg_ab)
+    router = router_factory(cfg_ab, tasks=True)  # the tasks process applies the YAML edit
     result = {}
 
     def consume():

@@ -3,12 +3,18 @@
 Each RouterProc has its own SQLite file (copied from a migrated template),
 its own var/ dir and its own Redis key prefix, so tests never see each
 other's state. It waits on /readyz (never a fixed sleep).
+
+A web process applies the YAML only once, at start; the tasks process is the
+one writer after that (router/config_watch.py). A test that edits the YAML
+of a running router asks for `tasks=True`, which runs the node's tasks
+process (Celery worker + beat, as `runnode` does) next to the web process.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -58,7 +64,7 @@ def migrated_template() -> Path:
 
 class RouterProc:
     def __init__(self, config: str, *, server: str = "uvicorn", env: dict[str, str] | None = None,
-                 var_dir: Path | None = None, port: int | None = None) -> None:
+                 var_dir: Path | None = None, port: int | None = None, tasks: bool = False) -> None:
         self.dir = var_dir or Path(tempfile.mkdtemp(prefix="router-e2e-"))
         self.config_path = self.dir / "router.yaml"
         self.config_path.write_text(config)
@@ -80,12 +86,23 @@ class RouterProc:
         }
         self.proc: subprocess.Popen | None = None
         self.log_path = self.dir / f"web-{self.port}.log"
+        self.with_tasks = tasks
+        self.tasks: subprocess.Popen | None = None
+        self.tasks_log_path = self.dir / f"tasks-{self.port}.log"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> RouterProc:
+        if self.with_tasks and self.tasks is None:
+            self.tasks = subprocess.Popen(
+                [PY, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "threads", "--concurrency", "2",
+                 "--loglevel", "INFO", "--without-mingle", "--without-gossip", "--without-heartbeat",
+                 "-n", f"{self.prefix}{self.port}@%h", "--schedule", str(self.dir / f"celerybeat-{self.port}")],
+                cwd=ROOT, env=self.env, stdout=self.tasks_log_path.open("ab"), stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         if self.server == "uvicorn":
             cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(self.port),
                    "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "5",
@@ -111,6 +128,14 @@ class RouterProc:
                 self.proc.kill()
                 self.proc.wait(5)
         self.proc = None
+        tasks, self.tasks = self.tasks, None
+        if tasks is not None and tasks.poll() is None:
+            tasks.terminate()
+            try:
+                tasks.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(tasks.pid, signal.SIGKILL)
+                tasks.wait(10)
 
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -122,7 +147,8 @@ class RouterProc:
         return int(self.status()["revision"])
 
     def write_config(self, config: str, timeout: float = 10.0) -> None:
-        """Rewrite the YAML and wait until this process runs the new revision."""
+        """Rewrite the YAML and wait until this process runs the new revision
+        (applied by the node's tasks process: `tasks=True`, or a node's own)."""
         before = self.revision()
         self.config_path.write_text(config)
         wait_until(lambda: self.revision() > before, timeout, what="config reload")

@@ -17,6 +17,7 @@ import sys
 import time
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from router.config_schema import ConfigError, load
@@ -110,8 +111,6 @@ class Command(BaseCommand):
 
     def _ensure_admin(self) -> None:
         """A first-run dashboard login; the password goes to var/, never to the log."""
-        from django.contrib.auth import get_user_model
-
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
             return

@@ -1,0 +1,98 @@
+"""The one writer of the operator YAML: the tasks process.
+
+The tasks process (Celery worker + embedded beat) applies the file once when
+it starts and then every second when the file changed (`router.sync_config`,
+on the beat schedule in config/celery.py), through the digest-checked
+`config_sync`. A web process only runs the same digest-checked sync once at
+start (router/runtime.py), so the first request never waits for the tasks
+process; every reader — web processes, appproxy's tasks and events — reads
+the compiled document from the DB (ConfigDocument), never the file.
+
+A file the sync refuses keeps the previous state serving. The refusal is
+logged here and left in Redis (`config_error_key()`) until a sync succeeds, so
+each web process reports it in /status and its log (router/runtime.py).
+
+Invariants: one sync at a time per process (a run that finds another still
+going skips: the next tick retries); the file is re-read only when its
+(mtime, size) changed since the last run, or after a failure of the sync
+itself (not of the file), so a refused file is reported once per edit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from celery import shared_task
+from celery.signals import worker_ready
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from .config_schema import ConfigError
+from .redis import sync_client
+from .revision import config_error_key
+from .services import config_sync, resolve_config_path
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_seen: dict[str, object] = {"stat": None}
+
+
+def _stat(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def _report(error: str | None) -> None:
+    try:
+        if error is None:
+            sync_client().delete(config_error_key())
+        else:
+            sync_client().set(config_error_key(), error)
+    except RedisError as exc:  # the log still has it
+        log.warning("config error not shared with the web processes (%s)", type(exc).__name__)
+
+
+def sync_file(*, force_read: bool = False) -> bool:
+    """Apply the YAML if it changed since the last look. True when the DB changed."""
+    if not _lock.acquire(blocking=False):
+        return False
+    try:
+        path = resolve_config_path()
+        stat = _stat(path)
+        if not force_read and stat == _seen["stat"]:
+            return False
+        try:
+            changed = config_sync(path)
+        except ConfigError as exc:
+            _seen["stat"] = stat
+            log.error("config file not applied: %s", exc)
+            _report(str(exc))
+            return False
+        _seen["stat"] = stat
+        _report(None)
+        return changed
+    finally:
+        _lock.release()
+
+
+@shared_task(name="router.sync_config", ignore_result=True)
+def sync_config() -> bool:
+    """Beat, every second: apply the YAML when it changed (ROUTER_WATCH_CONFIG)."""
+    if not settings.ROUTER_WATCH_CONFIG:
+        return False
+    return sync_file()
+
+
+@worker_ready.connect
+def _sync_at_start(**_kwargs: object) -> None:
+    """The tasks process applies the file before its first tick."""
+    try:
+        sync_file(force_read=True)
+    except Exception:  # the beat task retries; never keep the worker from starting
+        log.exception("config file not applied at start")

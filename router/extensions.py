@@ -1,0 +1,154 @@
+"""What the data plane needs from the apps above it, and where they plug in.
+
+`router` imports neither `keys` nor `appproxy` (an import contract in
+`make lint` keeps it so). It declares here, as small protocols, what it asks
+of them; each app registers its implementation from its `AppConfig.ready()`,
+which Django runs once per process after every app is loaded:
+
+- a key-gate factory: routing snapshot → the gate every /v1 request passes
+  (`keys`); with none registered the router is open (no key is checked);
+- snapshot parts: extra fields of the routing Snapshot compiled from the
+  document (the keyring from `keys`, the Host ingress table from `appproxy`);
+- YAML section validators: a top-level section the router keeps raw
+  (`appproxy`, `appproxy_router`) is validated by the app that owns it;
+- readiness checks (/readyz) and status sections (/status).
+
+Invariants: registration happens during app loading only and is idempotent
+(the same name registered again replaces the entry, so a reloaded app never
+registers twice); after that the registry is only read. Entries keep the
+order they were registered in (INSTALLED_APPS order), which fixes the order
+of readiness checks and status sections in the responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from .core.snapshot import Snapshot
+
+__all__ = [
+    "GateFactory",
+    "IngressRequest",
+    "IngressResolver",
+    "KeyGate",
+    "ReadinessCheck",
+    "SectionValidator",
+    "SnapshotPart",
+    "StatusSection",
+    "gate_factory",
+    "readiness_checks",
+    "register_gate_factory",
+    "register_readiness",
+    "register_section_validator",
+    "register_snapshot_part",
+    "register_status_section",
+    "section_validator",
+    "snapshot_parts",
+    "status_sections",
+]
+
+
+class KeyGate(Protocol):
+    """The API-key gate of one snapshot (keys.gate.KeyGate)."""
+
+    async def admit(self, headers: Mapping[str, str], client_ip: str, now: float) -> Any | None:
+        """The key a request runs under (None = anonymous). Raises a RouterError on refusal."""
+        ...
+
+    def check_model(self, key: Any | None, name: str, *, known: bool) -> None:
+        """404 for an unknown model name, 403 outside the key's allowlist."""
+        ...
+
+    def visible(self, key: Any | None, names: Iterable[str]) -> list[str]:
+        """The model names a key may see, in the given order."""
+        ...
+
+
+class GateFactory(Protocol):
+    """Builds the gate of a new snapshot. `previous` is the gate it replaces
+    (None at the first install), so state that must survive a reload — the
+    rate limiter's windows — can be carried over."""
+
+    def __call__(self, snap: Snapshot, previous: KeyGate | None) -> KeyGate | None: ...
+
+
+class IngressRequest(Protocol):
+    """What an ingress resolver reads of a request."""
+
+    host: str
+    headers: Mapping[str, str]
+    client_ip: str
+
+
+class IngressResolver(Protocol):
+    """`Snapshot.ingress`: Host → a pinned model (appproxy.ingress.Ingress)."""
+
+    def resolve(self, env: IngressRequest, snap: Snapshot | None = None) -> str | None: ...
+
+    def resolve_target(self, env: IngressRequest, snap: Snapshot | None = None) -> tuple[str, str] | None:
+        """(model, backend-name prefix that scopes selection) or None for plain routing."""
+        ...
+
+
+# Compiles one Snapshot field from the validated routing document
+# (router.config_schema.RouterFile); runs in a worker thread, may use the ORM.
+SnapshotPart = Callable[[Any], Any]
+# Validates one raw top-level YAML section; raises ValueError or a pydantic
+# error whose message names the bad key.
+SectionValidator = Callable[[Any], None]
+# name → passed, for /readyz; empty when the app has nothing to wait for.
+ReadinessCheck = Callable[[Snapshot], Mapping[str, bool]]
+# One /status section (never a secret).
+StatusSection = Callable[[Snapshot], Any]
+
+_gate_factory: GateFactory | None = None
+_snapshot_parts: dict[str, SnapshotPart] = {}
+_section_validators: dict[str, SectionValidator] = {}
+_readiness: dict[str, ReadinessCheck] = {}
+_status: dict[str, StatusSection] = {}
+
+
+def register_gate_factory(factory: GateFactory) -> None:
+    global _gate_factory
+    _gate_factory = factory
+
+
+def gate_factory() -> GateFactory | None:
+    return _gate_factory
+
+
+def register_snapshot_part(field: str, compile: SnapshotPart) -> None:
+    """`field` names a Snapshot field (e.g. "keyring", "ingress")."""
+    if field not in Snapshot.__dataclass_fields__:
+        raise ValueError(f"Snapshot has no field {field!r}")
+    _snapshot_parts[field] = compile
+
+
+def snapshot_parts() -> Mapping[str, SnapshotPart]:
+    return _snapshot_parts
+
+
+def register_section_validator(section: str, validate: SectionValidator) -> None:
+    _section_validators[section] = validate
+
+
+def section_validator(section: str) -> SectionValidator | None:
+    return _section_validators.get(section)
+
+
+def register_readiness(name: str, check: ReadinessCheck) -> None:
+    _readiness[name] = check
+
+
+def readiness_checks() -> Iterable[ReadinessCheck]:
+    return tuple(_readiness.values())
+
+
+def register_status_section(name: str, section: StatusSection) -> None:
+    """`name` is the key of the section in the /status body."""
+    _status[name] = section
+
+
+def status_sections() -> Mapping[str, StatusSection]:
+    return _status
