@@ -18,7 +18,7 @@ Adding a provider kind is:
    ("passthrough" or "normalized"), `start()`, `finish()`/`relay()`, `probe_url()`
    and `listed_models()`; shared upstream helpers are in `http.py`;
 2. one line in `PROVIDERS` below;
-3. its tests (`tests/providers/`), and its row in docs/mixed-providers.md
+3. its tests (`tests/router/providers/`), and its row in docs/mixed-providers.md
    (the classifier table, checked by tests/mix/test_docs.py).
 """
 

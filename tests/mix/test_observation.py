@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
 from tests.mix.conftest import logged_observation, marker, metric_value, observation, rid
-from tests.providers.openai_shapes import no_extras
+from tests.router.providers.openai_shapes import no_extras
 
 # Headers any ASGI/HTTP server sets; everything else must come from the provider.
 TRANSPORT_HEADERS = {"date", "server", "content-type", "content-length", "transfer-encoding"}

@@ -11,7 +11,7 @@ import httpx
 from openai.types.chat import ChatCompletion
 
 from tests.mix.conftest import marker, observation, received, rid
-from tests.providers.openai_shapes import no_extras
+from tests.router.providers.openai_shapes import no_extras
 
 TEXT = "Hello from ollama-o. This is a demo reply."
 

@@ -8,7 +8,7 @@ its observation names, and no other provider ever sees it.
 from __future__ import annotations
 
 from tests.mix.conftest import marker, observation, posts, received, rid
-from tests.providers.openai_shapes import no_extras
+from tests.router.providers.openai_shapes import no_extras
 
 
 def _chat(client, mark: str, request_id: str, **extra):

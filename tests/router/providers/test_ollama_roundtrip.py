@@ -25,7 +25,7 @@ from router.providers.ollama import (
     response_object,
     responses_request,
 )
-from tests.providers.openai_shapes import chat_sse, exact, exact_event, responses_sse
+from tests.router.providers.openai_shapes import chat_sse, exact, exact_event, responses_sse
 
 WEATHER = {
     "type": "function",

@@ -20,7 +20,7 @@ from router.providers.ollama import (
     ollama_error,
     response_object,
 )
-from tests.providers.openai_shapes import exact
+from tests.router.providers.openai_shapes import exact
 
 DONE = {
     "model": "llama3:8b",

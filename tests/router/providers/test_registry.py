@@ -25,7 +25,7 @@ from router.providers import (
 from router.providers.ollama.provider import OLLAMA
 from router.providers.openai import OPENAI
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_KIND = "openai_compat"  # the one kind named outside the registry, as a default
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from router.frontends.anthropic import ERROR_TYPES, IGNORED_FIELDS, STOP_REASONS
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "anthropic.md").read_text()
+DOC = (Path(__file__).resolve().parents[3] / "docs" / "anthropic.md").read_text()
 
 
 @pytest.mark.parametrize("field", sorted(IGNORED_FIELDS))

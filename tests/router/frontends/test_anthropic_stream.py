@@ -10,7 +10,7 @@ import pytest
 
 from router.core.errors import UpstreamError
 from router.frontends.anthropic import MessageStream, message_events, message_from_completion
-from tests.frontends.sse import assemble, chunk, events, sse, usage_chunk
+from tests.router.frontends.sse import assemble, chunk, events, sse, usage_chunk
 
 TEXT_STREAM = sse(
     chunk({"role": "assistant", "content": ""}),

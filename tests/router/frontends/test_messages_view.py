@@ -6,7 +6,7 @@ import orjson
 
 from router.frontends import anthropic
 from router.frontends.messages import _translated
-from tests.frontends.sse import assemble, chunk, events, sse
+from tests.router.frontends.sse import assemble, chunk, events, sse
 
 
 def wrap(source, stream: bool = True, *, status: int = 200, event_stream: bool = True):

@@ -12,8 +12,8 @@ import pytest
 
 from fakes import ollama_backend, openai_backend
 from fakes.server import Recorded, ServerThread
-from tests.frontends.sse import assemble, events
 from tests.keys.e2e import create_key
+from tests.router.frontends.sse import assemble, events
 from tests.support.routerproc import RouterProc, wait_until
 
 CONFIG = """

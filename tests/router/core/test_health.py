@@ -173,7 +173,7 @@ def test_probe_unhealthy_blocks_even_with_closed_breaker() -> None:
 
 def test_probe_defaults() -> None:
     """The policy carries the probe path as data; which kind uses it is the
-    provider registry's business (tests/providers/test_registry.py)."""
+    provider registry's business (tests/router/providers/test_registry.py)."""
     p = HealthPolicy()
     assert p.path == "/v1/models"
     assert (p.interval_s, p.timeout_s) == (10, 2)

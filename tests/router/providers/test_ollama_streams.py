@@ -13,7 +13,7 @@ from router.providers.ollama import (
     NdjsonError,
     ResponsesStream,
 )
-from tests.providers.openai_shapes import chat_sse, exact, exact_event, responses_sse
+from tests.router.providers.openai_shapes import chat_sse, exact, exact_event, responses_sse
 
 META = {"model": "llama3:8b", "created_at": "2025-10-17T23:14:07Z"}
 
