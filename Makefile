@@ -1,7 +1,7 @@
 # The two commands a newcomer needs (README): `make run` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: run run-daphne test check lint bench setup setup-dev clean
+.PHONY: run run-daphne test faults check lint bench setup setup-dev clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -22,6 +22,10 @@ test: setup-dev
 	@$(PY) -m pytest
 
 ## ruff, mypy, and the import contracts of pyproject.toml (router imports neither keys nor appproxy, …).
+## The fault suite: real stacks (own Redis, own PostgreSQL), injected faults, one table (a few minutes).
+faults: setup-dev
+	@$(PY) -m pytest -m faults tests/faults -p no:warnings
+
 lint: setup-dev
 	@$(PY) -m ruff check .
 	@$(PY) -m mypy router/core router/runtime.py router/extensions.py router/pipeline.py router/admission.py router/providers appproxy fakes
