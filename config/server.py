@@ -245,10 +245,11 @@ class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools
 
 
 class H11Protocol(h11_impl.H11Protocol):
-    """uvicorn's h11 protocol: h11 already caps the head at
-    --h11-max-incomplete-event-size (see `uvicorn_args`) and hints 431;
-    uvicorn would answer that with a plain-text 400. The count limit is the
-    ASGI entry point's."""
+    """uvicorn's h11 protocol: h11 caps a head that is still arriving at
+    --h11-max-incomplete-event-size (see `uvicorn_args`) and hints 431, which
+    uvicorn would answer with a plain-text 400. A head that arrives whole is
+    parsed whatever its size: the ASGI entry point's count and byte checks
+    catch it."""
 
     def send_400_response(self, msg: str) -> None:
         exc = sys.exc_info()[1]

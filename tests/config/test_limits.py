@@ -134,6 +134,29 @@ def test_a_huge_single_header_is_cut_off_too(uvicorn_router):
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
 
 
+def test_uvicorn_with_h11_refuses_an_over_large_head_with_431(backend, monkeypatch):
+    """With `--http h11` a head still arriving past h11's cap (sized by
+    uvicorn_args) is answered 431 in JSON, not uvicorn's plain-text 400."""
+    from tests.support import routerproc
+
+    def h11_args(env=None):
+        head = limits_from(env or {}).head_bytes()
+        return ["--http", "config.server:H11Protocol", "--h11-max-incomplete-event-size", str(head)]
+
+    monkeypatch.setattr(routerproc, "uvicorn_args", h11_args)
+    with RouterProc(config_for(backend)) as router:
+        # A head arriving in pieces past h11's cap: refused by h11, answered by us.
+        answer = send_big_head(router.port, 2 * 1024 * 1024)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+        assert b'"request_headers_too_large"' in answer
+        # h11 parses a head that arrives whole whatever its size: the ASGI entry refuses it.
+        huge = {f"x-h{i}": "a" * 1024 for i in range(40)}
+        assert_headers_refused(httpx.get(router.url + "/v1/models", headers=huge))
+        many = {f"x-h{i}": "1" for i in range(150)}
+        assert_headers_refused(httpx.get(router.url + "/v1/models", headers=many))
+        assert httpx.get(router.url + "/v1/models").status_code == 200
+
+
 def test_the_asgi_entry_refuses_too_many_headers_under_daphne(backend):
     """daphne (Twisted) allows 500 headers: the ASGI entry point enforces the
     count for every server, and the limit is configurable."""
