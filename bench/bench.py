@@ -7,6 +7,8 @@ backend directly with the same load, non-streaming and streaming.
     .venv/bin/python bench/bench.py                   # uvicorn, defaults
     .venv/bin/python bench/bench.py --server daphne
     .venv/bin/python bench/bench.py --api-key         # through the key gate
+    .venv/bin/python bench/bench.py --connections 500 # saturation: p50/p99, 503 rate
+    .venv/bin/python bench/bench.py --connections 500 --max-concurrent 0  # no admission limit
 
 Numbers are printed as a table and as JSON (--json FILE).
 """
@@ -109,6 +111,73 @@ async def load(url: str, body: bytes, *, concurrency: int, duration: float, stre
     }
 
 
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000
+
+
+async def saturate(url: str, probe_url: str, body: bytes, *, connections: int, duration: float, headers: dict) -> dict:
+    """`connections` clients at once, each sending back to back; a 503 is
+    retried after its Retry-After (as the OpenAI SDK does). /livez is probed
+    alongside on its own connection, so its latency shows the serving layer."""
+    ok: list[float] = []
+    shed: list[float] = []
+    probes: list[float] = []
+    other = 0
+    stop_at = time.monotonic() + duration
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=connections + 1, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def worker() -> None:
+            nonlocal other
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as r:
+                        await r.read()
+                        elapsed = time.perf_counter() - t0
+                        if r.status == 200:
+                            ok.append(elapsed)
+                        elif r.status == 503:
+                            shed.append(elapsed)
+                            await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                        else:
+                            other += 1
+                except (TimeoutError, aiohttp.ClientError):
+                    other += 1
+
+        async def prober() -> None:
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    async with session.get(probe_url) as r:
+                        await r.read()
+                        probes.append(time.perf_counter() - t0)
+                except (TimeoutError, aiohttp.ClientError):
+                    pass
+                await asyncio.sleep(0.2)
+
+        t_start = time.perf_counter()
+        await asyncio.gather(prober(), *(worker() for _ in range(connections)))
+        elapsed = time.perf_counter() - t_start
+    attempts = len(ok) + len(shed) + other
+    return {
+        "connections": connections,
+        "ok": len(ok),
+        "shed_503": len(shed),
+        "other_errors": other,
+        "ok_rps": len(ok) / elapsed if elapsed else 0.0,
+        "rate_503": len(shed) / attempts if attempts else 0.0,
+        "p50_ms": pct(ok, 0.50),
+        "p99_ms": pct(ok, 0.99),
+        "shed_p99_ms": pct(shed, 0.99),
+        "livez_p99_ms": pct(probes, 0.99),
+    }
+
+
 def start(cmd: list[str], env: dict, cpu: str | None, log: Path) -> subprocess.Popen:
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", cpu, *cmd]
@@ -152,6 +221,8 @@ async def main() -> None:
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--api-key", action="store_true", help="blocking mode, requests carry a valid key")
+    ap.add_argument("--connections", type=int, help="only a saturation run with this many connections at once")
+    ap.add_argument("--max-concurrent", type=int, help="the router's ROUTER_MAX_CONCURRENT (0: no admission limit)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--log-level", default="INFO", help="router ROUTER_LOG_LEVEL (INFO logs one line per request)")
     args = ap.parse_args()
@@ -166,6 +237,8 @@ async def main() -> None:
     )
     env = {**os.environ, "ROUTER_CONFIG": str(cfg), "ROUTER_VAR_DIR": str(tmp), "ROUTER_LOG_LEVEL": args.log_level,
            "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "PYTHONUNBUFFERED": "1"}
+    if args.max_concurrent is not None:
+        env["ROUTER_MAX_CONCURRENT"] = str(args.max_concurrent)
     subprocess.run([PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
     headers = {"content-type": "application/json"}
     if args.api_key:
@@ -176,7 +249,7 @@ async def main() -> None:
                      "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
     if args.server == "uvicorn":
         cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(router_port), "--loop", "uvloop",
-               "--http", "httptools", "--no-access-log", "--log-level", "warning", "--no-proxy-headers"]
+               "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning", "--no-proxy-headers"]
     else:
         cmd = [PY, "-m", "daphne", "-p", str(router_port), "config.asgi:application"]
     router = start(cmd, env, "0", tmp / "router.log")
@@ -188,6 +261,22 @@ async def main() -> None:
         plain = orjson.dumps(CHAT)
         streaming = orjson.dumps({**CHAT, "stream": True})
         pid = router_pid(router)
+        if args.connections:
+            await load(rurl, plain, concurrency=16, duration=2.0, stream=False, headers=headers)  # warm up
+            sat = await saturate(rurl, f"http://127.0.0.1:{router_port}/livez", plain, connections=args.connections,
+                                 duration=args.duration, headers=headers)
+            print(f"server={args.server} ROUTER_MAX_CONCURRENT={env.get('ROUTER_MAX_CONCURRENT', 'default')} "
+                  "(router pinned to cpu0; backend+load on cpu1)")
+            def ms(v):
+                return f"{v:.0f}" if isinstance(v, float) else "-"
+            print(f"{'conns':>6}{'ok rps':>9}{'ok p50':>9}{'ok p99':>9}{'503 rate':>10}{'503 p99':>9}"
+                  f"{'livez p99':>11}{'errors':>8}   (ms)")
+            print(f"{sat['connections']:>6}{sat['ok_rps']:>9.0f}{ms(sat['p50_ms']):>9}{ms(sat['p99_ms']):>9}"
+                  f"{sat['rate_503']:>10.1%}{ms(sat['shed_p99_ms']):>9}{ms(sat['livez_p99_ms']):>11}{sat['other_errors']:>8}")
+            if args.json:
+                Path(args.json).write_text(orjson.dumps(sat, option=orjson.OPT_INDENT_2).decode())
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
         rows = [
             await scenario("non-stream", rurl, durl, plain, concurrency=args.concurrency, duration=args.duration, stream=False, headers=headers, pid=pid),
             await scenario("non-stream", rurl, durl, plain, concurrency=1, duration=args.duration / 2, stream=False, headers=headers, pid=pid),

@@ -3,6 +3,10 @@
 - `/v1/*` and the probe endpoints go to a lean Django handler (config.lean):
   same URLconf and views, no middleware or thread hops on the hot path.
 - Everything else (dashboard, admin, /status) goes through full Django.
+- Before any of that (and before any Django work), config.server's limits:
+  an over-large request head is a 431 on every server, and past
+  ROUTER_MAX_CONCURRENT in-flight `/v1` requests a new one is a fast 503 +
+  Retry-After (probes are never shed).
 - Each web process starts its routing runtime in its own event loop: on ASGI
   lifespan startup where the server supports it (uvicorn), else on the first
   request (daphne has no lifespan).
@@ -18,6 +22,7 @@ django_app = get_asgi_application()
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from config import server  # noqa: E402
 from config.lean import LeanASGIHandler  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
@@ -30,10 +35,27 @@ LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 
 async def application(scope, receive, send):
     kind = scope["type"]
+    if kind in ("http", "websocket"):
+        lim = server.limits()
+        if server.headers_over_limit(scope["headers"], lim):
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            else:
+                await server.send_refusal(send, 431, server.headers_too_large_body(lim))
+            return
     if kind == "http":
         await get_runtime().start()  # idempotent: returns at once after the first call
         path = scope["path"]
-        if path.startswith("/v1/") or path in LEAN_PATHS:
+        if path.startswith("/v1/"):
+            if not server.admission.try_enter(lim.max_concurrent):
+                await server.send_refusal(send, 503, server.overloaded_body(),
+                                          [(b"retry-after", str(lim.retry_after_s).encode())])
+                return
+            try:
+                await lean_app(scope, receive, send)
+            finally:
+                server.admission.leave()
+        elif path in LEAN_PATHS:
             await lean_app(scope, receive, send)
         elif path.startswith("/static/"):
             await static_app(scope, receive, send)

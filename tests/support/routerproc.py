@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from config.server import uvicorn_args
+
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 _TEMPLATE: Path | None = None
@@ -106,7 +108,7 @@ class RouterProc:
         if self.server == "uvicorn":
             cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(self.port),
                    "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "5",
-                   "--no-proxy-headers"]  # as runnode: the router alone reads X-Forwarded-For
+                   "--no-proxy-headers", *uvicorn_args(self.env)]  # as runnode: the router alone reads X-Forwarded-For
         else:
             cmd = [PY, "-m", "daphne", "-p", str(self.port), "config.asgi:application"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=self.log_path.open("ab"),

@@ -57,7 +57,7 @@ class Command(BaseCommand):
                 spawn(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"])
         if opts["server"] == "uvicorn":
             web = [py, "-m", "uvicorn", "config.asgi:application", "--host", opts["host"], "--port", str(opts["port"]),
-                   "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
+                   "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning",
                    "--timeout-graceful-shutdown", "30",
                    # The client IP is ours to derive (server.trusted_proxies); uvicorn
                    # would otherwise rewrite the peer from X-Forwarded-For sent via 127.0.0.1.

@@ -1,0 +1,265 @@
+"""The web process's own limits: request heads and per-process admission.
+
+Invariants:
+- A request head (request line + headers) never grows past `head_bytes()` in
+  memory: under uvicorn our protocol classes refuse it while it is still being
+  parsed (431, or 414 for an over-long URL), before the ASGI app is called.
+- Every server (uvicorn, daphne) is checked again in the ASGI entry point
+  (`headers_over_limit`), before any Django work: more than
+  ROUTER_MAX_HEADER_COUNT headers or ROUTER_MAX_HEADER_BYTES of names+values
+  is a 431.
+- At most ROUTER_MAX_CONCURRENT `/v1` requests run at once in one web process
+  (`Admission`, a plain counter: one event loop per process, so no lock). Past
+  it a request is answered at once with 503 + Retry-After instead of queueing
+  behind the others. Probes (/livez, /readyz) and /metrics are never counted.
+
+The values come from the environment, read on first use (not at import, and
+not from Django settings: the protocol classes run before Django is set up).
+A bad value fails loudly with the variable's name.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import h11
+import orjson
+from uvicorn.protocols.http import h11_impl
+
+DEFAULTS = {
+    "ROUTER_MAX_HEADER_COUNT": 100,
+    "ROUTER_MAX_HEADER_BYTES": 32 * 1024,
+    "ROUTER_MAX_CONCURRENT": 256,
+    "ROUTER_SHED_RETRY_AFTER": 1,
+}
+# The request line (method, URL, version) may take this much on top of the headers.
+REQUEST_LINE_BYTES = 8 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_header_count: int
+    max_header_bytes: int
+    max_concurrent: int  # 0: no admission limit
+    retry_after_s: int
+
+    def head_bytes(self) -> int:
+        """Raw bytes a whole request head may take: headers, their `: ` and
+        CRLFs, and the request line."""
+        return self.max_header_bytes + 4 * self.max_header_count + REQUEST_LINE_BYTES
+
+
+def _env_int(env: Mapping[str, str], name: str, *, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return DEFAULTS[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}.")
+    return value
+
+
+def limits_from(env: Mapping[str, str]) -> Limits:
+    return Limits(
+        max_header_count=_env_int(env, "ROUTER_MAX_HEADER_COUNT", minimum=1),
+        max_header_bytes=_env_int(env, "ROUTER_MAX_HEADER_BYTES", minimum=1024),
+        max_concurrent=_env_int(env, "ROUTER_MAX_CONCURRENT", minimum=0),
+        retry_after_s=_env_int(env, "ROUTER_SHED_RETRY_AFTER", minimum=0),
+    )
+
+
+@functools.cache
+def limits() -> Limits:
+    """This process's limits (its environment, read once)."""
+    return limits_from(os.environ)
+
+
+def uvicorn_args(env: Mapping[str, str] | None = None) -> list[str]:
+    """The uvicorn options that enforce the head limits while parsing, for a
+    server started with `env` (default: this process's environment)."""
+    impl = "HttpToolsProtocol" if importlib.util.find_spec("httptools") else "H11Protocol"
+    head = limits_from(os.environ if env is None else env).head_bytes()
+    return ["--http", f"config.server:{impl}", "--h11-max-incomplete-event-size", str(head)]
+
+
+# -- OpenAI-shaped refusals --------------------------------------------------
+
+
+def error_body(message: str, code: str, type_: str = "invalid_request_error") -> bytes:
+    """The OpenAI error shape (as router.core.errors renders it)."""
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}})
+
+
+def headers_too_large_body(lim: Limits) -> bytes:
+    return error_body(
+        f"The request headers are too large: at most {lim.max_header_count} headers "
+        f"and {lim.max_header_bytes} bytes of names and values are accepted.",
+        "request_headers_too_large",
+    )
+
+
+def uri_too_long_body() -> bytes:
+    return error_body(f"The request URL is longer than {REQUEST_LINE_BYTES} bytes.", "uri_too_long")
+
+
+def overloaded_body() -> bytes:
+    return error_body(
+        "The router is at its concurrent request limit; retry shortly.", "router_overloaded", "server_error"
+    )
+
+
+def headers_over_limit(headers, lim: Limits) -> bool:
+    """True when an ASGI scope's headers pass the count or byte limit."""
+    if len(headers) > lim.max_header_count:
+        return True
+    return sum(len(name) + len(value) for name, value in headers) > lim.max_header_bytes
+
+
+async def send_refusal(send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] = ()) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    *extra],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+# -- per-process admission ---------------------------------------------------
+
+
+class Admission:
+    """Concurrent /v1 requests in this process. Only the event loop's thread
+    touches it, so `+= 1` needs no lock."""
+
+    __slots__ = ("in_flight", "shed")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.shed = 0
+
+    def try_enter(self, limit: int) -> bool:
+        if limit and self.in_flight >= limit:
+            self.shed += 1
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+
+admission = Admission()
+
+
+# -- uvicorn protocol classes ------------------------------------------------
+
+
+def _raw_response(status: int, reason: bytes, body: bytes) -> bytes:
+    return b"".join([
+        b"HTTP/1.1 %d %s\r\n" % (status, reason),
+        b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body),
+        body,
+    ])
+
+
+class _HeadTooLarge(Exception):
+    pass
+
+
+def _httptools_base():
+    # Imported lazily: httptools is optional for uvicorn (h11 is the fallback).
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    return HttpToolsProtocol
+
+
+class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools") else object):  # type: ignore[misc]
+    """uvicorn's httptools protocol, refusing an over-large head while parsing.
+
+    httptools (llhttp) has no header limits of its own: it would gather a
+    20 MB head and hand it to the app. Here each header is counted as it is
+    parsed, and raw head bytes are counted per received chunk (so one giant
+    header, which httptools buffers before calling `on_header`, is cut off
+    too), and the connection gets a 431 and is closed."""
+
+    _refusal: bytes | None = None
+    _head_open = False
+    _head_raw = 0
+    _head_count = 0
+    _head_size = 0
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_open, self._head_raw, self._head_count, self._head_size = True, 0, 0, 0
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > REQUEST_LINE_BYTES:
+            self._refusal = _raw_response(414, b"URI Too Long", uri_too_long_body())
+            raise _HeadTooLarge
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lim = limits()
+        self._head_count += 1
+        self._head_size += len(name) + len(value)
+        if self._head_count > lim.max_header_count or self._head_size > lim.max_header_bytes:
+            self._refusal = _raw_response(431, b"Request Header Fields Too Large", headers_too_large_body(lim))
+            raise _HeadTooLarge
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._head_open = False
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return
+        super().data_received(data)
+        if self._head_open and self._refusal is None:
+            self._head_raw += len(data)
+            lim = limits()
+            if self._head_raw > lim.head_bytes():
+                self._refusal = _raw_response(431, b"Request Header Fields Too Large", headers_too_large_body(lim))
+                self._write_refusal()
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers every parser error (ours included) through here.
+        if self._refusal is None:
+            super().send_400_response(msg)
+        else:
+            self._write_refusal()
+
+    def _write_refusal(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(self._refusal)
+            self.transport.close()
+
+
+class H11Protocol(h11_impl.H11Protocol):
+    """uvicorn's h11 protocol: h11 caps a head that is still arriving at
+    --h11-max-incomplete-event-size (see `uvicorn_args`) and hints 431, which
+    uvicorn would answer with a plain-text 400. A head that arrives whole is
+    parsed whatever its size: the ASGI entry point's count and byte checks
+    catch it."""
+
+    def send_400_response(self, msg: str) -> None:
+        exc = sys.exc_info()[1]
+        if not (isinstance(exc, h11.RemoteProtocolError) and exc.error_status_hint == 431):
+            super().send_400_response(msg)
+            return
+        body = headers_too_large_body(limits())
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        for event in (h11.Response(status_code=431, headers=headers, reason=b"Request Header Fields Too Large"),
+                      h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
