@@ -57,6 +57,8 @@ async def readyz(request: HttpRequest) -> HttpResponse:
 
 def _refresh_backend_gauges() -> None:
     rt = get_runtime()
+    # Rebuilt each scrape: a backend that left the snapshot leaves no series behind.
+    IN_FLIGHT.clear()
     for name, state in rt.states.items():
         IN_FLIGHT.labels(name).set(state.in_flight)
 
