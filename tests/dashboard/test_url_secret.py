@@ -8,11 +8,12 @@ userinfo.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import pytest
 
-from router.models import Backend, Source
+from router.models import Backend, ConfigDocument, Source
 from router.selectors import compile_snapshot
 from router.services import config_sync
 
@@ -91,3 +92,16 @@ def test_an_admin_edit_that_keeps_the_masked_userinfo_keeps_the_password(superus
     assert resp.status_code == 302, resp.content.decode()[:2000]
     row.refresh_from_db()
     assert row.url == f"http://adm:{LITERAL}@10.0.0.4:8000"
+
+
+def test_a_mirror_written_before_templates_is_rewritten_once(tmp_path, monkeypatch):
+    """A DB synced by an older node (same file digest, URL stored resolved)
+    re-applies the file once, which replaces the resolved URL by its template."""
+    monkeypatch.setenv("URL_SECRET_VAR", URL_SECRET)
+    path = tmp_path / "router.yaml"
+    path.write_bytes(f"backends:\n  - {{name: creds, url: '{TEMPLATE}', models: [m]}}\n".encode())
+    ConfigDocument.objects.create(pk=1, path=str(path), digest=hashlib.sha256(path.read_bytes()).hexdigest())
+    Backend.objects.create(name="creds", source=Source.CONFIG, url=f"http://{USER}:{URL_SECRET}@127.0.0.1:9/v1")
+    assert config_sync(path) is True
+    assert Backend.objects.get(name="creds").url == TEMPLATE
+    assert config_sync(path) is False
