@@ -146,3 +146,9 @@ LOGGING = {
 # Server-side message storage: a freshly created API key's plaintext is shown
 # once through a message and must never travel in a cookie.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
+# --- issue 12: operator surfaces -------------------------------------------
+# /status (backends, models, health, weights, key mode, config errors) answers
+# a staff session or `Authorization: Bearer <ROUTER_STATUS_TOKEN>`; empty =
+# staff session only. /livez and /readyz stay public (docs/operations.md).
+ROUTER_STATUS_TOKEN = os.environ.get("ROUTER_STATUS_TOKEN", "")

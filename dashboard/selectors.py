@@ -24,6 +24,7 @@ from typing import Any
 from django.utils import timezone
 
 from keys.selectors import key_list
+from router.core.backend import masked_url
 from router.core.health import BackendState
 from router.core.snapshot import EMPTY, Snapshot
 from router.ops import readiness
@@ -98,7 +99,7 @@ def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:
                 "source": spec.source,
                 "kind": spec.kind,
                 "path": path_of(spec.kind),
-                "url": spec.url,
+                "url": masked_url(spec.url),
                 "models": list(spec.models),
                 "served_model": spec.served_model,
                 "weight": spec.weight,

@@ -9,6 +9,9 @@
 - A backend's upstream `api_key` is write-only: a password input that never
   renders a value; left blank on edit it keeps the stored key. It is never
   shown in a list, a detail page or a change message (RTR-7).
+- A backend URL may carry credentials (`http://user:${PASS}@host`): its
+  userinfo is shown as `***` everywhere here, the edit form included; a URL
+  submitted with `***` for its userinfo keeps the stored one.
 - RoutingRevision and ConfigDocument are read-only; secret-looking values in
   the config document are masked.
 """
@@ -26,6 +29,7 @@ from django.db import transaction
 from django.utils.html import format_html
 
 from .config_schema import ConfigError, interpolate
+from .core.backend import masked_url
 from .models import Backend, ConfigDocument, RoutingRevision, Source
 from .providers import KINDS, path_of
 from .revision import bump_revision
@@ -36,6 +40,8 @@ admin.site.index_title = "Administration"
 admin.site.site_url = "/dashboard/"
 
 _URL = re.compile(r"^https?://[^/\s]+")
+_MASKED_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)\*\*\*@")
+_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)@")
 _ENV_ONLY = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 _SECRET_NAMES = ("secret", "token", "password", "passwd", "api_key", "apikey", "credential", "private")
 MASK = "***"
@@ -121,8 +127,14 @@ class BackendForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         # The stored key never travels back to the browser, not even as initial data.
         self.initial["api_key"] = ""
+        if "url" in self.fields:  # absent on the view-only page of a config/appproxy row
+            self.fields["url"].help_text = (
+                "e.g. http://10.0.0.5:8000. Credentials in the URL may be ${ENV_VAR} references "
+                "(http://user:${PASS}@host), resolved when routing is compiled; they are never shown back."
+            )
         if self.instance.pk:
             self.initial["models"] = "\n".join(self.instance.models or [])
+            self.initial["url"] = masked_url(self.instance.url or "")
             has_key = bool(self.instance.api_key)
             self.fields["api_key"].help_text = (
                 "A key is stored. Leave blank to keep it; type a new one to replace it. "
@@ -134,7 +146,15 @@ class BackendForm(forms.ModelForm):
 
     def clean_url(self) -> str:
         url = (self.cleaned_data.get("url") or "").strip()
-        if not _URL.match(url):
+        stored = _USERINFO.match(self.instance.url or "") if self.instance.pk else None
+        if stored is not None and _MASKED_USERINFO.match(url):
+            # The form showed `***` for the userinfo: keep the stored one.
+            url = _MASKED_USERINFO.sub(lambda m: f"{m.group(1)}{stored.group(1)}@", url)
+        try:
+            resolved = interpolate(url, "url") if "${" in url else url
+        except ConfigError as exc:  # names the variable, never a value
+            raise forms.ValidationError(str(exc)) from None
+        if not _URL.match(resolved):
             raise forms.ValidationError("Enter an http:// or https:// URL, e.g. http://10.0.0.5:8000.")
         return url.rstrip("/")
 
@@ -181,7 +201,7 @@ class BackendAdmin(admin.ModelAdmin):
         "name",
         "source",
         "kind",
-        "url",
+        "url_shown",
         "model_list",
         "weight",
         "capacity",
@@ -189,13 +209,13 @@ class BackendAdmin(admin.ModelAdmin):
         "upstream_key",
     )
     list_filter = ("source", "kind")
-    search_fields = ("name", "url")
+    search_fields = ("name",)  # not the URL: a search would probe its password
     ordering = ("source", "name")
     _view_only = (
         "ownership",
         "name",
         "source",
-        "url",
+        "url_shown",
         "kind",
         "model_list",
         "served_model",
@@ -209,7 +229,11 @@ class BackendAdmin(admin.ModelAdmin):
         "updated_at",
     )
 
-    # -- display (never the api_key itself) ------------------------------------
+    # -- display (never the api_key itself, never the URL's userinfo) ----------
+    @admin.display(description="url", ordering="url")
+    def url_shown(self, obj: Backend) -> str:
+        return masked_url(obj.url or "")
+
     @admin.display(description="models")
     def model_list(self, obj: Backend) -> str:
         return ", ".join(obj.models or [])

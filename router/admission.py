@@ -25,6 +25,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from . import observe
 from .core.clientip import client_ip as resolve_client_ip
 from .core.errors import ModelNotFound, NotReady, PathSelectorRejected
 from .core.snapshot import Snapshot
@@ -143,4 +144,9 @@ async def admit(
             caller.key = await gate.admit(headers, client_ip, time.time())
             if caller.key is not None and obs is not None:
                 obs["key"] = caller.key.name
+    if obs is not None:
+        # Admitted: only now may the model become a metric label, and only a
+        # name this snapshot publishes (anything else is one `other` bucket).
+        target = caller.pinned or obs.get("model")
+        obs["label"] = observe.model_label(target, isinstance(target, str) and caller.known(target))
     return caller

@@ -10,7 +10,11 @@ the compiled document from the DB (ConfigDocument), never the file.
 
 A file the sync refuses keeps the previous state serving. The refusal is
 logged here and left in Redis (`config_error_key()`) until a sync succeeds, so
-each web process reports it in /status and its log (router/runtime.py).
+each web process reports it in /status and its log (router/runtime.py). A
+good sync deletes it; when the good file is the one the DB already holds (the
+bad edit was undone), nothing else changed, so the writer bumps the revision
+itself: every web process reloads and drops the stale `last_error`. A clear
+that could not reach Redis is retried on the next tick.
 
 Invariants: one sync at a time per process (a run that finds another still
 going skips: the next tick retries); the file is re-read only when its
@@ -31,7 +35,7 @@ from redis.exceptions import RedisError
 
 from .config_schema import ConfigError
 from .redis import sync_client
-from .revision import config_error_key
+from .revision import bump_revision, config_error_key
 from .services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
@@ -48,14 +52,17 @@ def _stat(path: Path) -> tuple[str, int, int] | None:
     return (str(path), st.st_mtime_ns, st.st_size)
 
 
-def _report(error: str | None) -> None:
+def _report(error: str | None) -> bool | None:
+    """Share the outcome with the web processes. For a good sync: whether a
+    refusal was pending; None when Redis could not be reached."""
     try:
         if error is None:
-            sync_client().delete(config_error_key())
-        else:
-            sync_client().set(config_error_key(), error)
+            return bool(sync_client().delete(config_error_key()))
+        sync_client().set(config_error_key(), error)
+        return False
     except RedisError as exc:  # the log still has it
         log.warning("config error not shared with the web processes (%s)", type(exc).__name__)
+        return None
 
 
 def sync_file(*, force_read: bool = False) -> bool:
@@ -74,8 +81,15 @@ def sync_file(*, force_read: bool = False) -> bool:
             log.error("config file not applied: %s", exc)
             _report(str(exc))
             return False
+        pending = _report(None)
+        if pending is None:  # a refusal may still be in Redis: clear it next tick
+            return changed
         _seen["stat"] = stat
-        _report(None)
+        if pending and not changed:
+            # The file is back to what the DB holds: no revision would tell
+            # the web processes, so bump one (they reload and clear last_error).
+            bump_revision("config file restored")
+            changed = True
         return changed
     finally:
         _lock.release()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models as dj
 
+from .core.backend import masked_url
+
 
 class Source(dj.TextChoices):
     CONFIG = "config", "config (YAML)"
@@ -40,8 +42,8 @@ class Backend(dj.Model):
     def __str__(self) -> str:
         return self.name
 
-    def __repr__(self) -> str:  # never the api_key
-        return f"<Backend {self.name} {self.source} {self.url}>"
+    def __repr__(self) -> str:  # never the api_key, never the URL's userinfo
+        return f"<Backend {self.name} {self.source} {masked_url(self.url)}>"
 
 
 class ConfigDocument(dj.Model):

@@ -3,6 +3,15 @@
 The hot path only appends to a bounded deque (`record`); a background task
 drains it into the log, Prometheus and a capped Redis list the dashboard
 reads. Observations never reach the client's response.
+
+Cardinality: a metric label never takes a client-chosen value. The model
+label is fixed at admission (`model_label`): a name the request's snapshot
+publishes (capped at LABEL_MAX characters), `other` for any other name, and
+`-` for a request refused before admission (bad body, no or wrong key, …),
+so unauthenticated traffic only ever touches the fixed `-` series of its
+status. The other labels are operator-defined (backend names, decisions,
+paths) or a status code. The strings an observation stores (log line, Redis
+list) are capped at FIELD_MAX characters and lists at LIST_MAX entries.
 """
 
 from __future__ import annotations
@@ -21,6 +30,11 @@ from .redis import async_client
 log = logging.getLogger("router.requests")
 
 RECENT_MAX = 200
+LABEL_MAX = 100  # characters of a model label
+FIELD_MAX = 200  # characters of any string an observation keeps
+LIST_MAX = 20  # entries of any list an observation keeps
+OTHER = "other"  # the one bucket of model names the snapshot does not publish
+UNADMITTED = "-"  # refused before admission: no client value reaches a label
 
 REQUESTS = Counter(
     "router_requests_total", "Requests answered", ["model", "provider", "path", "status"]
@@ -45,7 +59,28 @@ _queue: deque[dict] = deque(maxlen=10_000)
 
 def recent_key() -> str:
     return settings.ROUTER_REDIS_PREFIX + "recent"
-_event: asyncio.Event | None = None
+
+
+def model_label(name: object, known: bool) -> str:
+    """The metric label of an admitted request's model: the published name
+    (capped) or the `other` bucket."""
+    if not known or not isinstance(name, str) or not name:
+        return OTHER
+    return name[:LABEL_MAX]
+
+
+def _capped(value: object) -> object:
+    if isinstance(value, str):
+        return value if len(value) <= FIELD_MAX else value[: FIELD_MAX - 1] + "…"
+    if isinstance(value, list):
+        return [_capped(v) for v in value[:LIST_MAX]]
+    return value
+
+
+def bounded(obs: dict) -> dict:
+    """The observation as stored: every string and list capped (a 10 KB model
+    name or request id never reaches the log or the Redis list whole)."""
+    return {k: _capped(v) for k, v in obs.items()}
 
 
 def record(obs: dict) -> None:
@@ -63,7 +98,7 @@ def drain() -> list[dict]:
 
 
 def _emit(obs: dict) -> None:
-    model = obs.get("model") or "-"
+    model = obs.pop("label", None) or UNADMITTED
     status = str(obs.get("status", ""))
     path = obs.get("path") or "-"
     REQUESTS.labels(model, obs.get("provider") or "-", path, status).inc()
@@ -94,11 +129,15 @@ async def run_drainer(interval: float = 0.25) -> None:
         items = drain()
         if not items:
             continue
+        stored = []
         for obs in items:
             try:
+                obs = bounded(obs)
                 _emit(obs)
             except Exception:  # bookkeeping must never take the process down
                 logging.getLogger(__name__).exception("observation not emitted")
+            stored.append(obs)
+        items = stored
         try:
             client = async_client()
             pipe = client.pipeline(transaction=False)

@@ -2,13 +2,21 @@
 
 Apps above the router add their readiness checks and /status sections
 through router.extensions.
+
+What is public: /livez (the process runs) and /readyz (ready or not, with
+only the boolean result of each check). /status names backends, models,
+health, weights, the key mode and config errors, so it answers only a staff
+session or `Authorization: Bearer <ROUTER_STATUS_TOKEN>` (compared in
+constant time); anyone else gets a 401 (403 for a signed-in non-staff user).
 """
 
 from __future__ import annotations
 
+import hmac
 import time
 
 import orjson
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -40,14 +48,17 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         await rt.start()
         await rt.wait_ready(2.0)
     ok, checks = readiness()
+    # Public: booleans only (the revision and every detail are on /status).
     return _json(
-        {"status": "ok" if ok else "unavailable", "checks": checks, "revision": rt.snapshot.revision},
+        {"status": "ok" if ok else "unavailable", "checks": {str(k): bool(v) for k, v in checks.items()}},
         200 if ok else 503,
     )
 
 
 def _refresh_backend_gauges() -> None:
     rt = get_runtime()
+    # Rebuilt each scrape: a backend that left the snapshot leaves no series behind.
+    IN_FLIGHT.clear()
     for name, state in rt.states.items():
         IN_FLIGHT.labels(name).set(state.in_flight)
 
@@ -57,7 +68,42 @@ async def metrics(request: HttpRequest) -> HttpResponse:
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
 
+def _bearer_ok(request: HttpRequest) -> bool:
+    token = settings.ROUTER_STATUS_TOKEN
+    if not token:
+        return False
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+async def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the caller may read /status, else the 401/403 to send."""
+    if _bearer_ok(request):
+        return None
+    auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
+    user = await auser() if auser is not None else None
+    if user is not None and user.is_active and user.is_staff:
+        return None
+    if user is not None and user.is_authenticated:
+        return _json({"error": "forbidden", "detail": "/status needs a staff account."}, 403)
+    response = _json(
+        {
+            "error": "unauthorized",
+            "detail": "/status needs a staff session or 'Authorization: Bearer <ROUTER_STATUS_TOKEN>'; "
+            "/livez and /readyz are public.",
+        },
+        401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="router-status"'
+    return response
+
+
 async def status(request: HttpRequest) -> HttpResponse:
+    refusal = await _refusal(request)
+    if refusal is not None:
+        return refusal
     rt = get_runtime()
     snap = rt.snapshot
     now = time.monotonic()

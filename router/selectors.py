@@ -33,9 +33,11 @@ def _models(row: Backend) -> tuple[str, ...]:
 def _spec(row: Backend) -> BackendSpec:
     api_key = interpolate(row.api_key, f"backend {row.name}.api_key") if row.api_key else ""
     headers = tuple((str(k), str(interpolate(v))) for k, v in (row.extra or {}).get("headers", {}).items())
+    # A ${VAR} in the URL (e.g. its password) is resolved here, as the api_key.
+    url = interpolate(row.url, f"backend {row.name}.url") if "${" in row.url else row.url
     return BackendSpec(
         name=row.name,
-        url=row.url.rstrip("/"),
+        url=url.rstrip("/"),
         kind=row.kind,
         models=_models(row),
         served_model=row.served_model or None,

@@ -30,9 +30,16 @@ def resolve_config_path() -> Path:
     return local if local.exists() else DEMO_CONFIG
 
 
+# Mixed into the file digest: changing it makes every node re-apply its file
+# once. "2": backend URLs are stored as their ${VAR} template.
+_MIRROR_FORMAT = b"router-mirror 2\n"
+
+
 def _backend_fields(raw: dict, parsed) -> dict:
     return {
-        "url": parsed.url,
+        # The raw template (e.g. http://user:${PASS}@host), resolved only when
+        # the snapshot is compiled: the DB never holds a secret of the URL.
+        "url": str(raw.get("url") or parsed.url).rstrip("/"),
         "kind": parsed.kind,
         "models": list(parsed.models),
         "served_model": parsed.served_model or "",
@@ -55,7 +62,7 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
     """
     path = path or resolve_config_path()
     text = path.read_bytes() if path.exists() else b""
-    digest = hashlib.sha256(text).hexdigest()
+    digest = hashlib.sha256(_MIRROR_FORMAT + text).hexdigest()
     model, raw = load(path)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}

@@ -9,9 +9,23 @@ the provider registry's business (`router.providers`), checked at config load.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .secret import Secret
+
+# scheme://userinfo@ — greedy up to the last '@' before the path, so a
+# password with a stray '@' is masked whole.
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def masked_url(url: str) -> str:
+    """The URL as it may be shown (pages, JSON, logs): userinfo → `***`.
+
+    `http://user:${PASS}@host:8000/v1` → `http://***@host:8000/v1`; a URL
+    without userinfo is returned unchanged.
+    """
+    return _USERINFO.sub(r"\1***@", url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +46,6 @@ class BackendSpec:
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested
+
+    def __repr__(self) -> str:  # the resolved URL may carry a password
+        return f"BackendSpec(name={self.name!r}, kind={self.kind!r}, url={masked_url(self.url)!r}, source={self.source!r})"

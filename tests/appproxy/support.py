@@ -204,7 +204,7 @@ class Node:
         return httpx.get(self.web.url + "/readyz", timeout=5)
 
     def status(self) -> dict[str, Any]:
-        return httpx.get(self.web.url + "/status", timeout=10).json()
+        return self.web.status(timeout=10)
 
     def worker_row(self) -> dict[str, Any] | None:
         return self.fc.worker(self.authority)

@@ -70,3 +70,18 @@ def test_the_beat_task_obeys_router_watch_config(yaml_file, settings):
     assert not ConfigDocument.objects.filter(pk=1).exists()
     settings.ROUTER_WATCH_CONFIG = True
     assert config_watch.sync_config() is True
+
+
+def test_undoing_a_refused_edit_clears_the_refusal_and_bumps_the_revision(yaml_file):
+    """The restored file changes no row, so the writer bumps the revision
+    itself: web processes reload and drop the stale last_error."""
+    config_watch.sync_file()
+    revision = current_revision()
+    yaml_file.write_text(BAD)
+    assert config_watch.sync_file() is False
+    yaml_file.write_text(ONE)
+    assert config_watch.sync_file() is True
+    assert sync_client().get(config_error_key()) is None
+    assert current_revision() == revision + 1
+    assert config_watch.sync_file(force_read=True) is False  # nothing pending: no further bump
+    assert current_revision() == revision + 1

@@ -91,7 +91,7 @@ def test_secret_from_env_reaches_upstream_but_not_the_db(openai_backends, router
     rows = sqlite3.connect(router.db).execute("select api_key from router_backend").fetchall()
     assert rows == [("${UPSTREAM_KEY}",)]
     assert "sk-upstream-secret-123" not in router.logs()
-    assert "sk-upstream-secret-123" not in httpx.get(router.url + "/status").text
+    assert "sk-upstream-secret-123" not in httpx.get(router.url + "/status", headers=router.status_headers).text
 
 
 def test_daphne_serves_the_same_surface(openai_backends):

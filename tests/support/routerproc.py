@@ -83,6 +83,8 @@ class RouterProc:
             "DATABASE_URL": f"sqlite:///{self.db}",
             "ROUTER_REDIS_PREFIX": self.prefix,
             "ROUTER_POLL_SECONDS": "2",
+            # /status needs this token (or a staff session): status() sends it.
+            "ROUTER_STATUS_TOKEN": f"status-{uuid.uuid4().hex}",
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
@@ -142,8 +144,14 @@ class RouterProc:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def status(self) -> dict:
-        return httpx.get(self.url + "/status", timeout=5).json()
+    @property
+    def status_headers(self) -> dict[str, str]:
+        return {"authorization": "Bearer " + self.env["ROUTER_STATUS_TOKEN"]}
+
+    def status(self, timeout: float = 5) -> dict:
+        response = httpx.get(self.url + "/status", headers=self.status_headers, timeout=timeout)
+        response.raise_for_status()
+        return response.json()
 
     def revision(self) -> int:
         return int(self.status()["revision"])

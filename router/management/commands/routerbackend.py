@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from router.core.backend import masked_url
 from router.models import Backend, Source
 from router.providers import KINDS
 from router.revision import bump_revision
@@ -38,7 +39,7 @@ class Command(BaseCommand):
         action = opts["action"]
         if action == "list":
             for b in Backend.objects.all():
-                self.stdout.write(f"{b.name}\t{b.source}\t{b.kind}\t{b.url}\t{','.join(b.models)}\tweight={b.weight}")
+                self.stdout.write(f"{b.name}\t{b.source}\t{b.kind}\t{masked_url(b.url)}\t{','.join(b.models)}\tweight={b.weight}")
             return
         with transaction.atomic():
             existing = Backend.objects.filter(name=opts["name"]).first()
