@@ -29,6 +29,7 @@ class Envelope:
     host: str
     request_id: str
     notes: dict[str, Any] = field(default_factory=dict)
+    max_response_bytes: int = 64 * 1024 * 1024  # server.max_response_bytes: a whole answer's cap
 
 
 def parse_body(raw: bytes, endpoint: str, max_bytes: int) -> tuple[dict[str, Any], str, bool]:

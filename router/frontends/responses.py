@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
 from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 from ..core.errors import RouterError
 from ..pipeline import Routed
@@ -15,6 +17,17 @@ def error_response(exc: RouterError) -> HttpResponse:
     response = HttpResponse(exc.to_body(), status=exc.status, content_type="application/json")
     for name, value in exc.headers.items():
         response[name] = value
+    return response
+
+
+R = TypeVar("R", bound=HttpResponseBase)
+
+
+def observed(response: R) -> R:
+    """Mark a response the request's observation already records (the one
+    `request` log line per request), so Django's request logger does not log
+    its 5xx a second time, nor hop to a thread to decide for a 4xx."""
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

@@ -84,6 +84,7 @@ class OpenAIProvider:
             content=request_body(env, served),
             headers=upstream_headers(spec, env),
             stream=env.stream,
+            max_bytes=env.max_response_bytes,
         )
         response = sent.response
         return Exchange(
