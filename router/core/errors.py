@@ -179,6 +179,11 @@ class UpstreamError(RouterError):
     message = "The upstream provider failed."
 
 
+class UpstreamResponseTooLarge(UpstreamError):
+    code = "upstream_response_too_large"
+    message = "The upstream answer is larger than the router relays (server.max_response_bytes)."
+
+
 class NoBackendAvailable(RouterError):
     status = 503
     type = "server_error"
