@@ -26,7 +26,7 @@ from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
 from ..core.errors import RequestTooLarge, RouterError, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
 from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
-from ..request import Envelope, parse_body
+from ..request import Envelope, check_content_type, parse_body
 from . import anthropic
 from .responses import RoutedStream, observed
 
@@ -51,6 +51,7 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
     started = time.perf_counter()
     obs: dict[str, Any] = {"endpoint": "chat/completions", "frontend": "anthropic"}
     try:
+        check_content_type(request.META.get("CONTENT_TYPE"))
         try:
             raw = request.body
         except RequestDataTooBig:
@@ -188,12 +189,10 @@ async def _translated(
             yield b"".join(tail)
 
 
-async def method_not_allowed(request: HttpRequest, **kwargs) -> HttpResponse:
-    return error_response(405, f"Method {request.method} is not allowed on {request.path}.")
+def method_not_allowed(request: HttpRequest) -> HttpResponse:
+    return error_response(405, f"Method {request.method} is not allowed on {request.path}; use POST.")
 
 
 def unknown(request: HttpRequest, rest: str) -> HttpResponse:
     """Anything under /v1/messages the router does not serve, Anthropic-shaped."""
-    if rest.strip("/") == "messages":
-        return error_response(405, f"Method {request.method} is not allowed on /v1/{rest}.")
     return error_response(404, f"Unknown path /v1/{rest}; this router serves POST /v1/messages only.")

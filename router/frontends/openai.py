@@ -1,6 +1,6 @@
 """The OpenAI door: POST /v1/chat/completions, /completions, /embeddings, /responses.
 
- 1 parse the envelope (orjson; raw bytes kept)   → 400 / 413
+ 1 parse the envelope (orjson; raw bytes kept)   → 400 / 413 / 415
  2 admit (router/admission.py)                   → 503, ingress 404/401/403, key 401/403/429
  3 model access                                  → 403 / 404 model_not_found
  4 route (router/pipeline.py)                    → the provider's answer, or 429/502/503/504
@@ -20,7 +20,7 @@ from ..admission import admit, headers_of, ready_snapshot
 from ..core.errors import RequestTooLarge, RouterError, UpstreamError
 from ..core.snapshot import Snapshot
 from ..pipeline import Routed, refused, route
-from ..request import Envelope, parse_body
+from ..request import Envelope, check_content_type, parse_body
 from .responses import RoutedStream, error_response, observed
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
     try:
         snap = await ready_snapshot()
         headers = headers_of(request)
+        check_content_type(headers.get("content-type"))
         raw = read_body(request, headers, snap)
         body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
         obs["model"] = model
