@@ -100,19 +100,26 @@ class OpenAIProvider:
         )
 
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
-        """The whole body as the client gets it (the served name undone)."""
+        """The whole body as the client gets it (the served name undone).
+
+        Parsed only to rewrite the name (once, dumped once); otherwise relayed
+        as it came, its usage read from the small object near its end."""
         body = ex.body
         info: dict = {}
-        if ex.status < 400 and body[:1] == b"{":
-            try:
-                obj = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                info["usage"] = obj.get("usage")
-                if ex.info.get("rewrite", False) and "model" in obj:
-                    obj["model"] = env.model
-                    body = orjson.dumps(obj)
+        if ex.status >= 400 or body[:1] != b"{":
+            return body, info
+        if not ex.info.get("rewrite", False):
+            info["usage"] = tail_usage(body)
+            return body, info
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body, info
+        if isinstance(obj, dict):
+            info["usage"] = obj.get("usage")
+            if "model" in obj:
+                obj["model"] = env.model
+                body = orjson.dumps(obj)
         return body, info
 
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
@@ -169,6 +176,32 @@ async def _relay(
         if ex.close is not None:
             await ex.close()
         done(ok, {"usage": _stream_usage(tail)})
+
+
+def tail_usage(body: bytes) -> dict | None:
+    """The last `"usage": {…}` object of a JSON answer (OpenAI puts the
+    top-level one last), without parsing the whole answer: the object is
+    parsed alone, closing at the first `}` that makes it valid JSON."""
+    idx = len(body)
+    for _ in range(4):  # "usage" may also occur as a value after the key
+        idx = body.rfind(b'"usage"', 0, idx)
+        if idx < 0:
+            return None
+        start = body.find(b"{", idx + 7, idx + 64)
+        if start < 0 or body[idx + 7 : start].strip(b" \t\r\n") != b":":
+            continue  # a value, or "usage": null
+        end = start
+        for _ in range(16):  # usage nests a few *_details objects at most
+            end = body.find(b"}", end + 1)
+            if end < 0:
+                return None
+            try:
+                obj = orjson.loads(body[start : end + 1])
+            except orjson.JSONDecodeError:
+                continue
+            return obj if isinstance(obj, dict) else None
+        return None
+    return None
 
 
 def _stream_usage(tail: bytes) -> dict | None:
