@@ -53,6 +53,7 @@ class Envelope:
     request_id: str
     notes: dict[str, Any] = field(default_factory=dict)
     max_response_bytes: int = 64 * 1024 * 1024  # server.max_response_bytes: a whole answer's cap
+    relay_whole: bool = False  # the door relays a whole answer's bytes as they come (OpenAI door)
 
 
 def check_content_type(content_type: str | None) -> None:

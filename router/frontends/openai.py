@@ -43,7 +43,7 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
         env = Envelope(
             endpoint=endpoint, raw=raw, body=body, model=model, stream=stream, headers=headers,
             client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
-            max_response_bytes=snap.max_response_bytes,
+            max_response_bytes=snap.max_response_bytes, relay_whole=True,
         )
         routed = await route(caller, env, target, obs, started)
     except RouterError as exc:

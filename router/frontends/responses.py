@@ -40,8 +40,9 @@ class RoutedStream(StreamingHttpResponse):
     def __init__(self, content: AsyncIterator[bytes], routed: Routed, *, status: int, content_type: str) -> None:
         super().__init__(content, status=status, content_type=content_type)
         self.routed = routed
-        self["Cache-Control"] = "no-cache"
-        self["X-Accel-Buffering"] = "no"
+        if content_type.startswith("text/event-stream"):
+            self["Cache-Control"] = "no-cache"
+            self["X-Accel-Buffering"] = "no"
 
     def close(self) -> None:
         super().close()

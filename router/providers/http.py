@@ -5,7 +5,9 @@ Invariants:
   that fails there is before the client saw a byte, so it raises
   `UpstreamFailed` (retryable elsewhere), with the httpx error as its cause.
 - A streaming 2xx/3xx answer comes back with its first chunk read and the
-  rest still open (`Sent.rest`); the caller owns closing `Sent.response`.
+  rest still open (`Sent.rest`), and so does a long whole 2xx answer the
+  caller will relay as it comes (`relay_over`); the caller owns closing
+  `Sent.response`.
 - Timeouts come from the backend's spec, never from globals.
 - Nothing a client sends can make the send itself fail: a forwarded header
   value that is not plain ASCII (HTTP has no charset for header values) is
@@ -135,9 +137,12 @@ async def send(
     stream: bool,
     method: str = "POST",
     max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    relay_over: int | None = None,
 ) -> Sent:
     """Send and read up to the first byte (stream) or the whole body (at most
-    `max_bytes` of it: UpstreamResponseTooLarge beyond).
+    `max_bytes` of it: UpstreamResponseTooLarge beyond). With `relay_over`, a
+    2xx whole body longer than that (or of undeclared length) is left open
+    like a stream, for the caller to relay without holding it.
 
     Everything else that fails here is before the client saw a byte: UpstreamFailed.
     """
@@ -156,7 +161,9 @@ async def send(
         raise UpstreamFailed(f"cannot send to {spec.name} ({type(exc).__name__})") from exc
     iterator = None
     try:
-        if stream and response.status_code < 400:
+        if (stream and response.status_code < 400) or (
+            relay_over is not None and 200 <= response.status_code < 300 and not _fits(response, relay_over)
+        ):
             iterator = response.aiter_raw()
             try:
                 first = await anext(iterator)
@@ -176,6 +183,14 @@ async def send(
         await response.aclose()  # the connection is never left open (idempotent)
         raise
     return Sent(response, first, iterator, (time.perf_counter() - started) * 1000.0)
+
+
+def _fits(response: httpx.Response, size: int) -> bool:
+    """The answer declares a length of at most `size` (and no encoding to undo)."""
+    declared = response.headers.get("content-length")
+    if declared is None or not declared.isdigit() or "content-encoding" in response.headers:
+        return False
+    return int(declared) <= size
 
 
 async def read_capped(response: httpx.Response, max_bytes: int, name: str) -> bytes:

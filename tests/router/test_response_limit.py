@@ -130,3 +130,25 @@ def test_messages_door_oversize_answer_is_anthropic_502(big, router_factory):
     })
     assert r.status_code == 502, r.text
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
+
+
+def test_answer_without_rewrite_is_relayed_as_it_comes(big, router_factory):
+    """No name to rewrite: a long whole answer is relayed chunk by chunk (the
+    client has its first bytes while the backend still writes), so the cap,
+    which bounds what the router holds, does not apply to it."""
+    router = router_factory(
+        f"backends:\n  - {{name: a, url: '{big.server.url}', models: [m-served], capacity: 1}}\n"
+        f"server: {{max_response_bytes: {LIMIT}}}\n"
+    )
+    pad = LIMIT * 16
+    with httpx.stream("POST", router.url + "/v1/chat/completions", timeout=60,
+                      json={**CHAT, "model": "m-served", "pad": pad, "chunked": True}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("application/json")
+        chunks = r.iter_bytes()
+        first = next(chunks)
+        assert first.startswith(b"{") and not big.finished.is_set()
+        body = first + b"".join(chunks)
+    assert len(orjson.loads(body)["choices"][0]["message"]["content"]) == pad
+    assert big.finished.is_set()
+    wait_until(lambda: router.status()["backends"][0]["in_flight"] == 0, 10, what="slot release")
