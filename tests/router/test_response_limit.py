@@ -152,3 +152,26 @@ def test_answer_without_rewrite_is_relayed_as_it_comes(big, router_factory):
     assert len(orjson.loads(body)["choices"][0]["message"]["content"]) == pad
     assert big.finished.is_set()
     wait_until(lambda: router.status()["backends"][0]["in_flight"] == 0, 10, what="slot release")
+
+
+def test_relayed_answer_cut_by_the_backend_ends_short_and_frees_the_slot(big, router_factory):
+    """The backend dies mid-answer: the relayed document ends short (no SSE
+    error frame inside a JSON body), nothing crashes, the slot is freed."""
+    router = router_factory(
+        f"backends:\n  - {{name: a, url: '{big.server.url}', models: [m-served], capacity: 1}}\n"
+    )
+    with httpx.stream("POST", router.url + "/v1/chat/completions", timeout=60,
+                      json={**CHAT, "model": "m-served", "pad": LIMIT * 16, "chunked": True}) as r:
+        assert r.status_code == 200
+        chunks = r.iter_bytes()
+        body = next(chunks)
+        big.server.stop()
+        try:
+            body += b"".join(chunks)
+        except httpx.HTTPError:
+            pass  # either ending is fine: short or aborted
+    assert b"data:" not in body
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(body)
+    wait_until(lambda: router.status()["backends"][0]["in_flight"] == 0, 10, what="slot release")
+    assert "Traceback" not in router.logs()
