@@ -1,12 +1,10 @@
 from django.contrib import admin
-from django.urls import include, path, re_path
+from django.urls import include, path
 
-from router import ops
-from router.api import api, unknown
+from router import api, ops
 
 urlpatterns = [
-    path("v1/", api.urls),
-    re_path(r"^v1/(?P<rest>.*)$", unknown),
+    path("v1/", include((api.urlpatterns, "v1"))),
     path("livez", ops.livez),
     path("readyz", ops.readyz),
     path("metrics", ops.metrics),

@@ -101,6 +101,7 @@ class QueueConfig(_Strict):
 
 class ServerConfig(_Strict):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     trusted_proxies: list[str] = Field(default_factory=list)
 
     @field_validator("trusted_proxies")

@@ -15,11 +15,16 @@ including a stream that was never read.
 
 No DB query and no blocking call happens here: everything is read from the
 snapshot the request started with.
+
+Whatever fails on the way — the provider's own exception types or any other —
+gives back the slot it took (and the provider closes its upstream): a
+request can end a backend's turn, never keep it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,6 +44,8 @@ from .providers import provider_for
 from .providers.base import Exchange, Provider, UpstreamFailed
 from .request import Envelope
 from .runtime import Runtime, get_runtime
+
+log = logging.getLogger(__name__)
 
 
 class Routed:
@@ -94,7 +101,11 @@ class Routed:
         """The whole answer (non-streaming); records the verdict."""
         if self.provider is None:
             return self.exchange.body
-        body, info = self.provider.finish(self.exchange, self.env)
+        try:
+            body, info = self.provider.finish(self.exchange, self.env)
+        except BaseException:
+            self._done(None, {})  # ours, not the backend's: no verdict, slot freed
+            raise
         self._done(self.exchange.status < 500, info)
         return body
 
@@ -203,10 +214,16 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             except asyncio.CancelledError:
                 rt.release(state, ok=None)  # the client left while we waited upstream
                 raise
+            except Exception as exc:
+                # Not one of the provider's own outcomes: a bug or a fault the
+                # request may have caused itself, so no verdict on the backend.
+                rt.release(state, ok=None)
+                log.error("dispatch to backend %s failed: %s", spec.name, type(exc).__name__, exc_info=exc)
+                raise UpstreamError(f"The router could not dispatch the request to a backend of '{target}'.") from exc
             if ex.status in retry.retry_on_status and attempts < retry.max_attempts:
+                rt.release(state, ok=ex.status < 500 and ex.status != 429)
                 if ex.close is not None:
                     await ex.close()
-                rt.release(state, ok=ex.status < 500 and ex.status != 429)
                 last = ex
                 obs.setdefault("failures", []).append(f"{spec.name}:{ex.status}")
                 continue

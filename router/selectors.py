@@ -93,6 +93,7 @@ def compile_snapshot() -> Snapshot:
         ),
         health_enabled=h.enabled,
         max_body_bytes=cfg.server.max_body_bytes,
+        max_response_bytes=cfg.server.max_response_bytes,
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,

@@ -69,6 +69,11 @@ class UnsupportedParameter(InvalidRequest):
     message = "A parameter is not supported by the selected provider."
 
 
+class DuplicateKey(InvalidRequest):
+    code = "duplicate_key"
+    message = "The request body has a top-level key more than once."
+
+
 class PathSelectorRejected(InvalidRequest):
     code = "invalid_request"
     message = "The execution path is chosen by the router, not by the client."
@@ -156,6 +161,14 @@ class RequestTooLarge(RouterError):
     message = "The request body is larger than the router accepts."
 
 
+# 415
+class UnsupportedMediaType(RouterError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+    message = "The request body must be JSON: send 'Content-Type: application/json'."
+
+
 # 429
 class RateLimited(RouterError):
     status = 429
@@ -177,6 +190,11 @@ class UpstreamError(RouterError):
     type = "server_error"
     code = "upstream_error"
     message = "The upstream provider failed."
+
+
+class UpstreamResponseTooLarge(UpstreamError):
+    code = "upstream_response_too_large"
+    message = "The upstream answer is larger than the router relays (server.max_response_bytes)."
 
 
 class NoBackendAvailable(RouterError):

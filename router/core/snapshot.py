@@ -40,6 +40,7 @@ class Snapshot:
     health: Any = None  # router.core.health.HealthPolicy
     health_enabled: bool = True  # active probes (the tasks process)
     max_body_bytes: int = 32 * 1024 * 1024
+    max_response_bytes: int = 64 * 1024 * 1024  # a whole (non-streamed) upstream answer
     trusted_proxies: tuple[Network, ...] = ()
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"

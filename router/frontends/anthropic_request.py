@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from router.core.errors import InvalidJSON, InvalidRequest, MissingModel
+from router.core.errors import InvalidRequest, MissingModel
 from router.frontends.anthropic_content import CACHE_NOTE, THINKING_NOTE, conversation, system_messages
+from router.request import loads_object
 
 # Anthropic fields with no OpenAI equivalent: dropped, named in `ignored`.
 IGNORED_FIELDS: dict[str, str] = {
@@ -60,16 +59,8 @@ class Conversion:
 
 
 def parse(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object (400 otherwise)."""
-    if not raw:
-        raise InvalidJSON("The request body is empty; send a JSON object.")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"The request body is not valid JSON ({exc.msg} at position {exc.pos}).") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    return body
+    """The request body as a JSON object, each top-level key once (400 otherwise)."""
+    return loads_object(raw)
 
 
 def to_openai(body: dict[str, Any]) -> Conversion:

@@ -23,11 +23,12 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
-from ..core.errors import RequestTooLarge, RouterError, UpstreamError
+from ..core.errors import RequestTooLarge, RouterError, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
-from ..request import Envelope, parse_body
+from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
+from ..request import Envelope, check_content_type, parse_body
 from . import anthropic
-from .responses import RoutedStream
+from .responses import RoutedStream, observed
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
     started = time.perf_counter()
     obs: dict[str, Any] = {"endpoint": "chat/completions", "frontend": "anthropic"}
     try:
+        check_content_type(request.META.get("CONTENT_TYPE"))
         try:
             raw = request.body
         except RequestDataTooBig:
@@ -73,11 +75,23 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
         env = Envelope(
             endpoint="chat/completions", raw=converted, body=request_body, model=model, stream=stream,
             headers=headers, client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
+            max_response_bytes=snap.max_response_bytes,
         )
         routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
         refused(exc, obs, started)
-        return _router_error(exc)
+        return observed(_router_error(exc))
+    try:
+        return observed(_render(routed, conversion))
+    except Exception as exc:  # nothing the render does may keep the slot
+        await routed.aclose()
+        if not isinstance(exc, RouterError):
+            log.error("anthropic /v1/messages: rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
+            exc = UpstreamError("The router failed to relay the upstream answer.")
+        return observed(_router_error(exc))
+
+
+def _render(routed: Routed, conversion: anthropic.Conversion) -> HttpResponseBase:
     message_id = "msg_" + secrets.token_hex(12)
     response: HttpResponseBase
     if routed.streaming:
@@ -87,6 +101,7 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
         chunks = _translated(
             routed.events(), translator, conversion, message_id,
             status=routed.status, event_stream=routed.content_type.startswith("text/event-stream"),
+            max_bytes=routed.env.max_response_bytes,
         )
         response = RoutedStream(chunks, routed, status=routed.status, content_type="text/event-stream; charset=utf-8")
     else:
@@ -132,14 +147,24 @@ async def _translated(
     *,
     status: int = 200,
     event_stream: bool = True,
+    max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> AsyncIterator[bytes]:
     """The routed stream (OpenAI wire bytes), translated to Anthropic events.
     Closing this generator closes `source` at once (its `finally` closes the
     upstream)."""
     async with aclosing(source) as chunks:  # type: ignore[type-var]
         if not event_stream:  # one JSON document, not a token stream
-            body = b"".join([chunk async for chunk in chunks])
+            parts: list[bytes] = []
+            size = 0
             try:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise UpstreamResponseTooLarge(f"The upstream answer is larger than {max_bytes} bytes "
+                                                       "(server.max_response_bytes).")
+                    parts.append(chunk)
+                body = b"".join(parts)
+                del parts
                 if status >= 400:
                     raise UpstreamError(anthropic.error_message(body))
                 frames = anthropic.message_events(_message(body, conversion, message_id))
@@ -164,12 +189,10 @@ async def _translated(
             yield b"".join(tail)
 
 
-async def method_not_allowed(request: HttpRequest, **kwargs) -> HttpResponse:
-    return error_response(405, f"Method {request.method} is not allowed on {request.path}.")
+def method_not_allowed(request: HttpRequest) -> HttpResponse:
+    return error_response(405, f"Method {request.method} is not allowed on {request.path}; use POST.")
 
 
 def unknown(request: HttpRequest, rest: str) -> HttpResponse:
     """Anything under /v1/messages the router does not serve, Anthropic-shaped."""
-    if rest.strip("/") == "messages":
-        return error_response(405, f"Method {request.method} is not allowed on /v1/{rest}.")
     return error_response(404, f"Unknown path /v1/{rest}; this router serves POST /v1/messages only.")

@@ -1,6 +1,6 @@
 """The OpenAI door: POST /v1/chat/completions, /completions, /embeddings, /responses.
 
- 1 parse the envelope (orjson; raw bytes kept)   → 400 / 413
+ 1 parse the envelope (orjson; raw bytes kept)   → 400 / 413 / 415
  2 admit (router/admission.py)                   → 503, ingress 404/401/403, key 401/403/429
  3 model access                                  → 403 / 404 model_not_found
  4 route (router/pipeline.py)                    → the provider's answer, or 429/502/503/504
@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -16,11 +17,13 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from ..admission import admit, headers_of, ready_snapshot
-from ..core.errors import RequestTooLarge, RouterError
+from ..core.errors import RequestTooLarge, RouterError, UpstreamError
 from ..core.snapshot import Snapshot
 from ..pipeline import Routed, refused, route
-from ..request import Envelope, parse_body
-from .responses import RoutedStream, error_response
+from ..request import Envelope, check_content_type, parse_body
+from .responses import RoutedStream, error_response, observed
+
+log = logging.getLogger(__name__)
 
 
 async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
@@ -30,6 +33,7 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
     try:
         snap = await ready_snapshot()
         headers = headers_of(request)
+        check_content_type(headers.get("content-type"))
         raw = read_body(request, headers, snap)
         body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
         obs["model"] = model
@@ -39,12 +43,20 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
         env = Envelope(
             endpoint=endpoint, raw=raw, body=body, model=model, stream=stream, headers=headers,
             client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
+            max_response_bytes=snap.max_response_bytes, relay_whole=True,
         )
         routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
         refused(exc, obs, started)
-        return error_response(exc)
-    return render(routed)
+        return observed(error_response(exc))
+    try:
+        return observed(render(routed))
+    except Exception as exc:  # nothing the render does may keep the slot
+        await routed.aclose()
+        if not isinstance(exc, RouterError):
+            log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
+            exc = UpstreamError("The router failed to relay the upstream answer.")
+        return observed(error_response(exc))
 
 
 def read_body(request: HttpRequest, headers: dict[str, str], snap: Snapshot) -> bytes:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
 from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 from ..core.errors import RouterError
 from ..pipeline import Routed
@@ -18,6 +20,17 @@ def error_response(exc: RouterError) -> HttpResponse:
     return response
 
 
+R = TypeVar("R", bound=HttpResponseBase)
+
+
+def observed(response: R) -> R:
+    """Mark a response the request's observation already records (the one
+    `request` log line per request), so Django's request logger does not log
+    its 5xx a second time, nor hop to a thread to decide for a 4xx."""
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
 class RoutedStream(StreamingHttpResponse):
     """A stream over a `Routed` result. Django calls `close()` once the
     response is done with — sent, failed, or the client gone before the first
@@ -27,8 +40,9 @@ class RoutedStream(StreamingHttpResponse):
     def __init__(self, content: AsyncIterator[bytes], routed: Routed, *, status: int, content_type: str) -> None:
         super().__init__(content, status=status, content_type=content_type)
         self.routed = routed
-        self["Cache-Control"] = "no-cache"
-        self["X-Accel-Buffering"] = "no"
+        if content_type.startswith("text/event-stream"):
+            self["Cache-Control"] = "no-cache"
+            self["X-Accel-Buffering"] = "no"
 
     def close(self) -> None:
         super().close()

@@ -5,22 +5,37 @@ Invariants:
   that fails there is before the client saw a byte, so it raises
   `UpstreamFailed` (retryable elsewhere), with the httpx error as its cause.
 - A streaming 2xx/3xx answer comes back with its first chunk read and the
-  rest still open (`Sent.rest`); the caller owns closing `Sent.response`.
+  rest still open (`Sent.rest`), and so does a long whole 2xx answer the
+  caller will relay as it comes (`relay_over`); the caller owns closing
+  `Sent.response`.
 - Timeouts come from the backend's spec, never from globals.
+- Nothing a client sends can make the send itself fail: a forwarded header
+  value that is not plain ASCII (HTTP has no charset for header values) is
+  dropped, never fatal; a configured one is sent as UTF-8.
+- A URL's userinfo never rides in the request line: without an `api_key` it
+  becomes HTTP Basic auth, with one the `api_key` is the Authorization sent.
+- A whole (non-streaming or error) answer is read in chunks and refused
+  (`UpstreamResponseTooLarge`, 502) as soon as it passes the limit, so no
+  more than the limit is ever held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import httpx
 
 from ..core.backend import BackendSpec
+from ..core.errors import UpstreamResponseTooLarge
 from .base import UpstreamFailed
+
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # server.max_response_bytes
 
 # Response headers that belong to one hop, or that Django sets itself.
 _DROP = frozenset(
@@ -43,13 +58,42 @@ _DROP = frozenset(
 
 
 def provider_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) -> dict[str, str]:
-    """JSON in, no compression, then the provider's auth and configured headers."""
-    headers = {"content-type": "application/json", "accept-encoding": "identity", **(forwarded or {})}
+    """JSON in, no compression, then the provider's auth and configured headers.
+
+    A forwarded (client) value that is not ASCII is dropped: the client's
+    bytes have no agreed charset, and the upstream may refuse them."""
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    if forwarded:
+        for name, value in forwarded.items():
+            if value.isascii():
+                headers[name] = value
     if spec.api_key:
         headers["authorization"] = "Bearer " + spec.api_key.reveal()
     for name, value in spec.headers:
         headers[name.lower()] = value
     return headers
+
+
+def _wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """Headers as bytes: ASCII as is, anything else (configured) as UTF-8
+    (httpx would raise UnicodeEncodeError on a non-ASCII str)."""
+    return [(name.encode(), value.encode()) for name, value in headers.items()]
+
+
+def _without_userinfo(url: str, headers: dict[str, str]) -> str:
+    """`url` minus `user:password@`, moved into `headers` as Basic auth unless
+    an Authorization (the backend's api_key) is already there. aiohttp refuses
+    a request with both; and a password has no business in a request line."""
+    if "@" not in url:
+        return url
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    if "authorization" not in headers:
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        headers["authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -92,36 +136,84 @@ async def send(
     headers: dict[str, str],
     stream: bool,
     method: str = "POST",
+    max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    relay_over: int | None = None,
 ) -> Sent:
-    """Send and read up to the first byte (stream) or the whole body.
+    """Send and read up to the first byte (stream) or the whole body (at most
+    `max_bytes` of it: UpstreamResponseTooLarge beyond). With `relay_over`, a
+    2xx whole body longer than that (or of undeclared length) is left open
+    like a stream, for the caller to relay without holding it.
 
-    Everything that fails here is before the client saw a byte: UpstreamFailed.
+    Everything else that fails here is before the client saw a byte: UpstreamFailed.
     """
     started = time.perf_counter()
-    request = httpx.Request(method, url, content=content, headers=headers, extensions={"timeout": timeouts(spec)})
     try:
+        url = _without_userinfo(url, headers)
+        request = httpx.Request(
+            method, url, content=content, headers=_wire_headers(headers), extensions={"timeout": timeouts(spec)}
+        )
         response = await transport.handle_async_request(request)
     except httpx.HTTPError as exc:
         if is_timeout(exc):
             raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
         raise UpstreamFailed(f"cannot connect to {spec.name}") from exc
+    except Exception as exc:  # e.g. aiohttp's ValueError for a URL it cannot use
+        raise UpstreamFailed(f"cannot send to {spec.name} ({type(exc).__name__})") from exc
     iterator = None
     try:
-        if stream and response.status_code < 400:
+        if (stream and response.status_code < 400) or (
+            relay_over is not None and 200 <= response.status_code < 300 and not _fits(response, relay_over)
+        ):
             iterator = response.aiter_raw()
             try:
                 first = await anext(iterator)
             except StopAsyncIteration:
                 first = b""
         else:
-            first = await response.aread()
-            await response.aclose()
+            try:
+                first = await read_capped(response, max_bytes, spec.name)
+            finally:
+                await response.aclose()
     except httpx.HTTPError as exc:
         await response.aclose()
         if is_timeout(exc):
             raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
         raise UpstreamFailed(f"{spec.name} closed the connection before answering") from exc
+    except BaseException:
+        await response.aclose()  # the connection is never left open (idempotent)
+        raise
     return Sent(response, first, iterator, (time.perf_counter() - started) * 1000.0)
+
+
+def _fits(response: httpx.Response, size: int) -> bool:
+    """The answer declares a length of at most `size` (and no encoding to undo)."""
+    declared = response.headers.get("content-length")
+    if declared is None or not declared.isdigit() or "content-encoding" in response.headers:
+        return False
+    return int(declared) <= size
+
+
+async def read_capped(response: httpx.Response, max_bytes: int, name: str) -> bytes:
+    """The whole body, in chunks, refused as soon as it passes `max_bytes`
+    (before a byte is read when the upstream declares a larger length)."""
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise UpstreamResponseTooLarge(_too_large(name, max_bytes))
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():  # decoded, as aread() was
+        size += len(chunk)
+        if size > max_bytes:
+            raise UpstreamResponseTooLarge(_too_large(name, max_bytes))
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _too_large(name: str, max_bytes: int) -> str:
+    return (
+        f"The answer of backend '{name}' is larger than {max_bytes} bytes "
+        "(server.max_response_bytes); ask for less, or stream it."
+    )
 
 
 def relay_headers(response: httpx.Response) -> list[tuple[str, str]]:

@@ -3,8 +3,9 @@
 Only the `model` field is rewritten (to the backend's served name) and the
 provider's auth/headers set; every other field, known or not, survives
 byte for byte. Status, headers and SSE are relayed as they come, chunk by
-chunk. A served-name rewrite is undone on the way back so the client sees
-the name it asked for. Probed at health.path (`/v1/models` by default),
+chunk, and so is a long whole answer with no name to rewrite (never held).
+A served-name rewrite is undone on the way back so the client sees the name
+it asked for (the whole answer parsed once, dumped once). Probed at health.path (`/v1/models` by default),
 which is also its model listing.
 """
 
@@ -21,6 +22,11 @@ from ..core.errors import UpstreamError, UpstreamTimeout
 from ..request import Envelope
 from .base import Exchange
 from .http import is_timeout, provider_headers, relay_headers, send
+
+# A whole answer the client may get as it comes (no name to rewrite, the door
+# relays bytes) is read whole only up to this declared length; a longer one,
+# or one of unknown length, is relayed chunk by chunk, never held.
+RELAY_OVER = 256 * 1024
 
 # Client request headers worth forwarding (the rest are ours or hop-by-hop).
 _FORWARD = ("accept", "user-agent", "openai-beta", "x-request-id", "traceparent", "tracestate")
@@ -77,6 +83,7 @@ class OpenAIProvider:
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         served = spec.served_name(model)
+        relay = not env.stream and env.relay_whole and served == env.model
         sent = await send(
             rt.transport,
             spec,
@@ -84,6 +91,8 @@ class OpenAIProvider:
             content=request_body(env, served),
             headers=upstream_headers(spec, env),
             stream=env.stream,
+            max_bytes=env.max_response_bytes,
+            relay_over=RELAY_OVER if relay else None,
         )
         response = sent.response
         return Exchange(
@@ -99,19 +108,26 @@ class OpenAIProvider:
         )
 
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
-        """The whole body as the client gets it (the served name undone)."""
+        """The whole body as the client gets it (the served name undone).
+
+        Parsed only to rewrite the name (once, dumped once); otherwise relayed
+        as it came, its usage read from the small object near its end."""
         body = ex.body
         info: dict = {}
-        if ex.status < 400 and body[:1] == b"{":
-            try:
-                obj = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict):
-                info["usage"] = obj.get("usage")
-                if ex.info.get("rewrite", False) and "model" in obj:
-                    obj["model"] = env.model
-                    body = orjson.dumps(obj)
+        if ex.status >= 400 or body[:1] != b"{":
+            return body, info
+        if not ex.info.get("rewrite", False):
+            info["usage"] = tail_usage(body)
+            return body, info
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body, info
+        if isinstance(obj, dict):
+            info["usage"] = obj.get("usage")
+            if "model" in obj:
+                obj["model"] = env.model
+                body = orjson.dumps(obj)
         return body, info
 
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
@@ -136,6 +152,7 @@ async def _relay(
     """Yield upstream chunks as they arrive. A client disconnect cancels this
     generator; `finally` closes the upstream at once (CORE-10)."""
     ok: bool | None = None  # stays None when the client goes away: no verdict
+    event_stream = env.stream  # else one JSON document relayed as it comes
     tail = b""
     pending = b""
     fix = _model_rewriter(ex.info["served"], env.model) if rewrite else None
@@ -162,12 +179,39 @@ async def _relay(
         ok = True
     except httpx.HTTPError as exc:
         ok = False
-        err = UpstreamTimeout if is_timeout(exc) else UpstreamError
-        yield err(f"The upstream provider failed mid-stream ({type(exc).__name__}).").to_sse()
+        if event_stream:  # a JSON document just ends short: the client's parse fails
+            err = UpstreamTimeout if is_timeout(exc) else UpstreamError
+            yield err(f"The upstream provider failed mid-stream ({type(exc).__name__}).").to_sse()
     finally:
         if ex.close is not None:
             await ex.close()
-        done(ok, {"usage": _stream_usage(tail)})
+        done(ok, {"usage": _stream_usage(tail) if event_stream else tail_usage(tail)})
+
+
+def tail_usage(body: bytes) -> dict | None:
+    """The last `"usage": {…}` object of a JSON answer (OpenAI puts the
+    top-level one last), without parsing the whole answer: the object is
+    parsed alone, closing at the first `}` that makes it valid JSON."""
+    idx = len(body)
+    for _ in range(4):  # "usage" may also occur as a value after the key
+        idx = body.rfind(b'"usage"', 0, idx)
+        if idx < 0:
+            return None
+        start = body.find(b"{", idx + 7, idx + 64)
+        if start < 0 or body[idx + 7 : start].strip(b" \t\r\n") != b":":
+            continue  # a value, or "usage": null
+        end = start
+        for _ in range(16):  # usage nests a few *_details objects at most
+            end = body.find(b"}", end + 1)
+            if end < 0:
+                return None
+            try:
+                obj = orjson.loads(body[start : end + 1])
+            except orjson.JSONDecodeError:
+                continue
+            return obj if isinstance(obj, dict) else None
+        return None
+    return None
 
 
 def _stream_usage(tail: bytes) -> dict | None:

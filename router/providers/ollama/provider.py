@@ -61,7 +61,7 @@ class OllamaProvider:
         base = spec.url[:-3] if spec.url.endswith("/v1") else spec.url
         sent = await send(
             rt.transport, spec, base + api_path, content=orjson.dumps(conversion.request),
-            headers=provider_headers(spec), stream=env.stream,
+            headers=provider_headers(spec), stream=env.stream, max_bytes=env.max_response_bytes,
         )
         response, first, ms = sent.response, sent.first, sent.ms
         info: dict[str, Any] = {
