@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from . import extensions
+from .nodestate import node_health
 from .observe import IN_FLIGHT
 from .runtime import get_runtime
 
@@ -41,7 +42,8 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         await rt.wait_ready(2.0)
     ok, checks = readiness()
     return _json(
-        {"status": "ok" if ok else "unavailable", "checks": checks, "revision": rt.snapshot.revision},
+        {"status": "ok" if ok else "unavailable", "checks": checks, "revision": rt.snapshot.revision,
+         "node": node_health()},  # degraded processes / Redis: detail only, still 200
         200 if ok else 503,
     )
 
@@ -83,6 +85,7 @@ async def status(request: HttpRequest) -> HttpResponse:
             for spec in snap.backends.values()
         ],
         "last_error": rt.last_error,
+        "node": node_health(),
     }
     for name, section in extensions.status_sections().items():
         body[name] = section(snap)
