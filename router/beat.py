@@ -119,6 +119,19 @@ class QuietScheduler(PersistentScheduler):
 
     _down_since: float | None = None
 
+    def _outage(self, cause: str) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("beat: broker unavailable (%s); periodic tasks (probes, config sync) are not "
+                        "sent until it returns", cause)
+
+    def _ensure_connected(self):
+        # Celery logs an error for each connection retry; one warning per outage.
+        def retrying(exc, interval):
+            self._outage(f"{type(exc).__name__}: {exc}"[:200])
+
+        return self.connection.ensure_connection(retrying, self.app.conf.broker_connection_max_retries)
+
     def apply_entry(self, entry, producer=None):
         try:
             self.apply_async(entry, producer=producer, advance=False)
@@ -126,10 +139,8 @@ class QuietScheduler(PersistentScheduler):
             cause = _broker_error(exc)
             if cause is None:
                 log.error("beat: scheduled task %s not sent: %s", entry.name, exc, exc_info=True)
-            elif self._down_since is None:
-                self._down_since = time.monotonic()
-                log.warning("beat: broker unavailable (%s); periodic tasks (probes, config sync) are not "
-                            "sent until it returns", cause)
+            else:
+                self._outage(cause)
         else:
             if self._down_since is not None:
                 log.warning("beat: broker reachable again after %.0fs; periodic tasks resumed",
