@@ -66,7 +66,9 @@ def acquire(poll_s: float = 1.0) -> str:
                     log.warning("beat: lock %s acquired; scheduling", key)
                 return token
             holder = sync_client().get(key)
-            why = f"another beat ({holder.decode(errors='replace') if holder else '?'}) holds {key}"
+            if isinstance(holder, bytes):
+                holder = holder.decode(errors="replace")
+            why = f"another beat ({holder or '?'}) holds {key}"
         except RedisError as exc:
             why = f"Redis unavailable for the beat lock ({type(exc).__name__})"
         if why != told:
