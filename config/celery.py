@@ -3,6 +3,9 @@
 import os
 
 from celery import Celery
+from celery.signals import beat_init
+
+from router import beat
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -12,10 +15,11 @@ app.autodiscover_tasks()
 # The tasks process is the one writer of the YAML (router/config_watch.py).
 app.conf.imports = ("router.config_watch",)
 
-# Tasks act on their own node (its config, DB and registration), so nodes that
-# share one Redis (distinct ROUTER_REDIS_PREFIX) must not share a task queue.
-app.conf.task_default_queue = os.environ.get("ROUTER_REDIS_PREFIX", "router:") + "tasks"
+# The task queue is CELERY_TASK_DEFAULT_QUEUE of config/settings.py: the
+# node's Redis namespace + "tasks", so routers on one Redis never share it.
 
+# One warning per broker outage instead of a stack trace per due task.
+app.conf.beat_scheduler = "router.beat:QuietScheduler"
 app.conf.beat_schedule = {
     # Apply the YAML file when it changed (digest-checked; a no-op otherwise).
     "router-sync-config": {"task": "router.sync_config", "schedule": 1.0, "options": {"expires": 1.0}},
@@ -25,3 +29,9 @@ app.conf.beat_schedule = {
     # every heartbeat_period, pull every reconcile_interval; appproxy/tasks.py).
     "appproxy-tick": {"task": "appproxy.tick", "schedule": 1.0, "options": {"expires": 1.0}},
 }
+
+
+@beat_init.connect
+def _one_beat_per_node(sender=None, **kwargs) -> None:
+    """Before beat schedules anything: wait for the node's beat lock."""
+    beat.hold()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from config import namespace
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("ROUTER_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -121,9 +123,18 @@ ROUTER_MAX_BODY_BYTES = int(os.environ.get("ROUTER_MAX_BODY_BYTES", str(32 * 102
 # (before they are read); this is Django's own ceiling for every other path.
 DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
 # Prefix of every Redis key/channel this node uses (change notices, health,
-# recent observations, rate limits); lets several routers share one Redis.
-ROUTER_REDIS_PREFIX = os.environ.get("ROUTER_REDIS_PREFIX", "router:")
+# recent observations, rate limits, the Celery queue). By default it is per
+# deployment (one database = one deployment, config/namespace.py), so routers
+# with distinct databases never share state on one Redis; explicit wins.
+ROUTER_DEPLOYMENT_ID = namespace.deployment_id(DATABASES["default"])
+ROUTER_NODE_ID = namespace.node_id(VAR_DIR)
+ROUTER_REDIS_PREFIX = namespace.redis_prefix(os.environ, ROUTER_DEPLOYMENT_ID)
 ROUTER_NOTICE_CHANNEL = ROUTER_REDIS_PREFIX + "notice"
+# Tasks act on their own node (config, DB, registration): the queue is the
+# namespace's own, so routers sharing one Redis never run each other's tasks.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("ROUTER_CELERY_QUEUE") or ROUTER_REDIS_PREFIX + "tasks"
+# What `runnode` writes for the web processes to show (children, restarts).
+ROUTER_NODE_STATE_FILE = VAR_DIR / "node-state.json"
 ROUTER_POLL_SECONDS = float(os.environ.get("ROUTER_POLL_SECONDS", "2"))
 # Watch the YAML file's mtime (1 s) and apply edits without a restart.
 ROUTER_WATCH_CONFIG = os.environ.get("ROUTER_WATCH_CONFIG", "1") not in {"0", "false", "no"}

@@ -27,6 +27,7 @@ from keys.selectors import key_list
 from router.core.backend import masked_url
 from router.core.health import BackendState
 from router.core.snapshot import EMPTY, Snapshot
+from router.nodestate import node_health
 from router.ops import readiness
 from router.providers import path_of
 from router.revision import current_revision
@@ -172,6 +173,7 @@ def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -
         "backends_healthy": sum(1 for b in backends if b["health"] == "healthy"),
         "in_flight": sum(b["in_flight"] for b in backends),
         "models_total": len(snap.by_model),
+        "node": node_health(),
     }
 
 

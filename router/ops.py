@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from . import extensions
+from .nodestate import node_health
 from .observe import IN_FLIGHT
 from .runtime import get_runtime
 
@@ -50,7 +51,10 @@ async def readyz(request: HttpRequest) -> HttpResponse:
     ok, checks = readiness()
     # Public: booleans only (the revision and every detail are on /status).
     return _json(
-        {"status": "ok" if ok else "unavailable", "checks": {str(k): bool(v) for k, v in checks.items()}},
+        {"status": "ok" if ok else "unavailable", "checks": {str(k): bool(v) for k, v in checks.items()},
+         # Degraded parts by name only (processes, Redis, keyspace): they do not
+         # fail readiness, /v1 still serves from the snapshot; detail is on /status.
+         "degraded": list(node_health()["degraded"])},
         200 if ok else 503,
     )
 
@@ -129,6 +133,7 @@ async def status(request: HttpRequest) -> HttpResponse:
             for spec in snap.backends.values()
         ],
         "last_error": rt.last_error,
+        "node": node_health(),
     }
     for name, section in extensions.status_sections().items():
         body[name] = section(snap)

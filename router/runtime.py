@@ -94,6 +94,10 @@ class Runtime:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = time.time()
         self.last_error: str | None = None
+        # Redis outage as this process sees it (None = reachable); the
+        # listener loop sets and clears it, logging once per transition.
+        self.redis_error: str | None = None
+        self.redis_down_since: float | None = None
         self._candidates: dict[tuple[str, str | None], tuple[Candidate, ...]] = {}
 
     # -- lifecycle -------------------------------------------------------
@@ -218,6 +222,7 @@ class Runtime:
                 pubsub = async_client().pubsub(ignore_subscribe_messages=True)
                 await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key())
                 delay = 0.2
+                self._redis_up()
                 await self._refresh_health()
                 async for message in pubsub.listen():
                     channel = message.get("channel")
@@ -233,7 +238,7 @@ class Runtime:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("change-notice listener reconnecting: %s", type(exc).__name__)
+                self._redis_down(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
             finally:
@@ -242,6 +247,25 @@ class Runtime:
                         await pubsub.aclose()
                     except Exception:
                         pass
+
+    def _redis_down(self, exc: BaseException) -> None:
+        """Once per outage: a warning, not a line per retry. /v1 keeps
+        serving from the snapshot; reloads fall back to the DB poll."""
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        if self.redis_down_since is None:
+            self.redis_down_since = time.time()
+            log.warning(
+                "Redis unavailable (%s); serving from the current snapshot, "
+                "reloads via the %ss DB poll, probe verdicts and recent requests paused",
+                error, settings.ROUTER_POLL_SECONDS,
+            )
+        self.redis_error = error
+
+    def _redis_up(self) -> None:
+        if self.redis_down_since is not None:
+            log.warning("Redis reachable again after %.0fs", time.time() - self.redis_down_since)
+        self.redis_down_since = None
+        self.redis_error = None
 
     async def _refresh_health(self) -> None:
         try:

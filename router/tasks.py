@@ -1,9 +1,9 @@
-"""Background work of the router (Celery worker + embedded beat).
+"""Background work of the router (Celery worker, scheduled by beat).
 
 `probe_backends` runs every ~2 s and probes each backend whose health
 interval has elapsed (GET the URL its provider declares: `probe_url`),
 applies the healthy/unhealthy thresholds, stores the verdicts in the Redis
-hash `router:health` and publishes the changes on `router:health`; every web
+hash `<prefix>health` and publishes the changes on that channel; every web
 process applies them at once. Passive circuit breaking happens in the web
 processes themselves.
 """

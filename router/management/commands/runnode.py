@@ -1,44 +1,59 @@
 """`manage.py runnode`: the whole node in the foreground (what `make run` runs).
 
-Starts, as child processes: the demo backends (only with the bundled demo
-config), the web server (uvicorn by default, or daphne), the tasks process
-(Celery worker with embedded beat) and the events process (`runworker
-appproxy`, only when the `appproxy` section is enabled). Ctrl-C (or SIGTERM)
-stops everything it started; if one child dies, the others are stopped too.
+Starts, as supervised child processes (router/supervisor.py): the demo
+backends (only with the bundled demo config), the web server (uvicorn by
+default, or daphne), the tasks process (Celery worker), beat (its scheduler,
+one per node: router/beatlock.py) and the events process (`runworker
+appproxy`, only when the `appproxy` section is enabled).
+
+A port already in use, or a child that exits during its start window, is a
+clear error and a non-zero exit. After start, a child that dies is restarted
+with backoff while the others keep serving; the children's states go to the
+node state file (/readyz detail, /status, dashboard). Ctrl-C or SIGTERM stops
+every child's process group; children also die with runnode (PDEATHSIG).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from redis.exceptions import RedisError
 
 from router.config_schema import ConfigError, load
+from router.nodestate import keyspace_heartbeat, write_state
+from router.redis import sync_client
 from router.services import DEMO_CONFIG, resolve_config_path
+from router.supervisor import ChildSpec, StartFailure, Supervisor, port_in_use
+
+log = logging.getLogger("router.node")
 
 DEMO_BACKENDS = [
     ["fakes.openai_backend", "--port", "18001", "--name", "demo-openai-a", "--models", "demo-chat,demo"],
     ["fakes.openai_backend", "--port", "18002", "--name", "demo-openai-b", "--models", "demo-chat,demo"],
     ["fakes.ollama_backend", "--port", "18434", "--name", "demo-ollama", "--models", "llama3.2"],
 ]
+WEB_START_WINDOW_S = float(os.environ.get("ROUTER_WEB_START_SECONDS", "60"))
+CHILD_START_WINDOW_S = float(os.environ.get("ROUTER_CHILD_START_SECONDS", "3"))
+KEYSPACE_CHECK_S = 5.0
 
 
 class Command(BaseCommand):
-    help = "Run web, tasks and events processes of one node in the foreground."
+    help = "Run web, tasks and events processes of one node in the foreground, supervised."
 
     def add_arguments(self, parser):
         parser.add_argument("--server", choices=["uvicorn", "daphne"], default=os.environ.get("ROUTER_SERVER", "uvicorn"))
         parser.add_argument("--host", default=os.environ.get("ROUTER_HOST", "127.0.0.1"))
-        parser.add_argument("--port", default=os.environ.get("ROUTER_PORT", "8000"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("ROUTER_PORT", "8000")))
         parser.add_argument("--workers", type=int, default=int(os.environ.get("ROUTER_WEB_WORKERS", "1")))
-        parser.add_argument("--no-tasks", action="store_true", help="don't start the Celery worker+beat")
+        parser.add_argument("--no-tasks", action="store_true", help="don't start the Celery worker and beat")
 
     def handle(self, *args, **opts):
         path = resolve_config_path()
@@ -46,40 +61,15 @@ class Command(BaseCommand):
             cfg, _ = load(path)
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
-        py = sys.executable
-        procs: list[tuple[str, subprocess.Popen]] = []
-
-        def spawn(name: str, cmd: list[str]) -> None:
-            procs.append((name, subprocess.Popen(cmd, cwd=settings.BASE_DIR)))
-
-        if path == DEMO_CONFIG:
-            for argv in DEMO_BACKENDS:
-                spawn(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"])
-        if opts["server"] == "uvicorn":
-            web = [py, "-m", "uvicorn", "config.asgi:application", "--host", opts["host"], "--port", str(opts["port"]),
-                   "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning",
-                   "--timeout-graceful-shutdown", "30",
-                   # The client IP is ours to derive (server.trusted_proxies); uvicorn
-                   # would otherwise rewrite the peer from X-Forwarded-For sent via 127.0.0.1.
-                   "--no-proxy-headers"]
-            if opts["workers"] > 1:
-                web += ["--workers", str(opts["workers"])]
-        else:
-            web = [py, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]), "config.asgi:application"]
-        spawn("web", web)
-        if not opts["no_tasks"]:
-            spawn("tasks", [py, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "threads",
-                            "--concurrency", "4", "--loglevel", "WARNING", "--without-mingle", "--without-gossip",
-                            "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")])
-        if (cfg.appproxy or {}).get("enabled") or (cfg.appproxy_router or {}).get("enabled"):
-            spawn("events", [py, "manage.py", "runworker", "appproxy"])
-
+        host, port = opts["host"], opts["port"]
+        specs = self._specs(path == DEMO_CONFIG, cfg, opts)
+        for spec in specs:
+            if spec.listen is not None and port_in_use(*spec.listen):
+                hint = ("is another demo node running? stop it, or run your own config (ROUTER_CONFIG)"
+                        if spec.name.startswith("demo") else "stop what uses it, or pass --port / ROUTER_PORT")
+                raise CommandError(f"{spec.name}: port {spec.listen[1]} on {spec.listen[0]} is already in use; {hint}")
         self._ensure_admin()
-        self.stdout.write(
-            f"router: config {path}\n"
-            f"router: /v1 at http://{opts['host']}:{opts['port']}/v1   dashboard: http://{opts['host']}:{opts['port']}/dashboard/\n"
-            "router: Ctrl-C stops everything"
-        )
+
         stopping = False
 
         def stop(signum=None, frame=None):
@@ -88,26 +78,83 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        code = 0
+        node = Supervisor(specs, cwd=settings.BASE_DIR,
+                          write_state=lambda state: write_state(settings.ROUTER_NODE_STATE_FILE, state),
+                          say=lambda line: self.stderr.write(line))
+        self.stdout.write(f"router: config {path}\nrouter: starting {', '.join(s.name for s in specs)}")
         try:
+            node.start(should_stop=lambda: stopping)
+        except StartFailure as exc:
+            raise CommandError(f"node not started: {exc}") from None
+        if stopping:
+            node.stop()
+            sys.exit(0)
+        self.stdout.write(
+            f"router: /v1 at http://{host}:{port}/v1   dashboard: http://{host}:{port}/dashboard/\n"
+            f"router: Redis namespace {settings.ROUTER_REDIS_PREFIX!r}\n"
+            "router: Ctrl-C stops everything"
+        )
+        try:
+            last_check, warned = 0.0, set()
             while not stopping:
-                for name, proc in procs:
-                    if proc.poll() is not None:
-                        self.stderr.write(f"router: {name} exited with {proc.returncode}; stopping the node")
-                        stopping, code = True, 1
-                        break
+                if time.monotonic() - last_check >= KEYSPACE_CHECK_S:
+                    last_check = time.monotonic()
+                    node.extra_state["keyspace_shared_with"] = self._check_keyspace(warned)
+                node.tick()
                 time.sleep(0.2)
         finally:
-            for _, proc in procs:
-                if proc.poll() is None:
-                    proc.terminate()
-            deadline = time.monotonic() + 35
-            for _, proc in procs:
-                try:
-                    proc.wait(max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-        sys.exit(code)
+            node.stop()
+        sys.exit(0)
+
+    def _specs(self, demo: bool, cfg, opts) -> list[ChildSpec]:
+        py = sys.executable
+        host, port = opts["host"], opts["port"]
+        specs = []
+        if demo:
+            for argv in DEMO_BACKENDS:
+                specs.append(ChildSpec(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"],
+                                       listen=("127.0.0.1", int(argv[2])), start_window_s=WEB_START_WINDOW_S))
+        if opts["server"] == "uvicorn":
+            web = [py, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
+                   "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning",
+                   "--timeout-graceful-shutdown", "30",
+                   # The client IP is ours to derive (server.trusted_proxies); uvicorn
+                   # would otherwise rewrite the peer from X-Forwarded-For sent via 127.0.0.1.
+                   "--no-proxy-headers"]
+            if opts["workers"] > 1:
+                web += ["--workers", str(opts["workers"])]
+        else:
+            web = [py, "-m", "daphne", "-b", host, "-p", str(port), "config.asgi:application"]
+        specs.append(ChildSpec("web", web, listen=(host, port), start_window_s=WEB_START_WINDOW_S))
+        if not opts["no_tasks"]:
+            specs.append(ChildSpec("tasks", [py, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
+                                             "--concurrency", "4", "--loglevel", "WARNING", "--without-mingle",
+                                             "--without-gossip", "-n", f"tasks-{settings.ROUTER_NODE_ID}@%h"],
+                                   start_window_s=CHILD_START_WINDOW_S))
+            specs.append(ChildSpec("beat", [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "WARNING",
+                                            "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+                                   start_window_s=CHILD_START_WINDOW_S))
+        if (cfg.appproxy or {}).get("enabled") or (cfg.appproxy_router or {}).get("enabled"):
+            specs.append(ChildSpec("events", [py, "manage.py", "runworker", "appproxy"],
+                                   start_window_s=CHILD_START_WINDOW_S))
+        return specs
+
+    def _check_keyspace(self, warned: set[str]) -> list[str]:
+        """Warn (once per other deployment) when another router writes this
+        node's Redis namespace; Redis errors are the web's to report."""
+        try:
+            others = keyspace_heartbeat(sync_client(), settings.ROUTER_REDIS_PREFIX, settings.ROUTER_DEPLOYMENT_ID)
+        except RedisError:
+            return []
+        for other in set(others) - warned:
+            log.warning(
+                "another router (deployment %s) writes the Redis namespace %r of this one (deployment %s); "
+                "they would share recent requests, health verdicts and tasks: give each its own "
+                "ROUTER_REDIS_PREFIX (or unset it: the default is per deployment)",
+                other, settings.ROUTER_REDIS_PREFIX, settings.ROUTER_DEPLOYMENT_ID,
+            )
+        warned.update(others)
+        return others
 
     def _ensure_admin(self) -> None:
         """A first-run dashboard login; the password goes to var/, never to the log."""

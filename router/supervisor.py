@@ -1,0 +1,210 @@
+"""Supervision of a node's child processes (what `manage.py runnode` runs).
+
+Invariants:
+- Every child runs in its own process group (its own session) and gets
+  SIGTERM when the supervisor dies, even by SIGKILL (PR_SET_PDEATHSIG), so a
+  node never leaves orphans; stopping signals each whole group, then kills
+  what is left after the grace period.
+- Start is all or nothing: a child that exits within its start window (or a
+  web child whose port does not accept connections by then) is a start
+  failure — everything started is stopped and the caller exits non-zero.
+- After start, a child that dies is restarted with a bounded exponential
+  backoff (BACKOFF_MIN_S doubling to BACKOFF_MAX_S; reset once it stayed up
+  STABLE_S); the others keep running (the web keeps serving /v1).
+- The state of every child is written to a small JSON file that the web
+  processes read for /readyz, /status and the dashboard (router.nodestate).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 30.0
+STABLE_S = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+class StartFailure(Exception):
+    """A child could not start; the message says which and why."""
+
+
+@dataclass(slots=True)
+class ChildSpec:
+    name: str
+    argv: list[str]
+    listen: tuple[str, int] | None = None  # must accept connections to count as started
+    start_window_s: float = 3.0
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    proc: subprocess.Popen | None = None
+    state: str = "starting"  # starting | running | restarting
+    restarts: int = 0
+    started_at: float = 0.0
+    backoff_s: float = BACKOFF_MIN_S
+    restart_at: float = 0.0
+    last_exit: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "pid": self.proc.pid if self.proc is not None and self.state != "restarting" else None,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "next_restart_in_s": round(max(self.restart_at - time.monotonic(), 0.0), 1)
+            if self.state == "restarting" else None,
+        }
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when binding host:port fails the way the server's bind would."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _accepts(host: str, port: int) -> bool:
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    try:
+        with socket.create_connection((target, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    def preexec() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):  # not Linux: the group kill on exit remains
+            pass
+        if os.getppid() != parent:  # the supervisor died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+class Supervisor:
+    def __init__(self, specs: list[ChildSpec], *, cwd: Path, env: Mapping[str, str] | None = None,
+                 write_state: Callable[[dict[str, Any]], None] | None = None,
+                 say: Callable[[str], None] = print) -> None:
+        self.children = [Child(spec) for spec in specs]
+        self.cwd = cwd
+        self.env = dict(env) if env is not None else None
+        self._write_state = write_state
+        self.say = say
+        self.extra_state: dict[str, Any] = {}
+        self._last_write = 0.0
+
+    # -- processes ---------------------------------------------------------
+    def _spawn(self, child: Child) -> None:
+        child.proc = subprocess.Popen(child.spec.argv, cwd=self.cwd, env=self.env, start_new_session=True,
+                                      preexec_fn=_die_with_parent(os.getpid()))
+        child.started_at = time.monotonic()
+
+    def start(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Spawn every child and wait out their start windows; StartFailure
+        (after stopping them all) when one exits or never listens."""
+        for child in self.children:
+            self._spawn(child)
+        pending = list(self.children)
+        while pending and not should_stop():
+            for child in list(pending):
+                assert child.proc is not None
+                code = child.proc.poll()
+                if code is not None:
+                    self.stop()
+                    raise StartFailure(f"{child.spec.name} exited with {code} while starting "
+                                       f"(see its output above)")
+                up = time.monotonic() - child.started_at
+                if child.spec.listen is not None:
+                    if _accepts(*child.spec.listen):
+                        child.state = "running"
+                        pending.remove(child)
+                    elif up >= child.spec.start_window_s:
+                        self.stop()
+                        host, port = child.spec.listen
+                        raise StartFailure(f"{child.spec.name} does not accept connections on "
+                                           f"{host}:{port} after {child.spec.start_window_s:.0f}s")
+                elif up >= child.spec.start_window_s:
+                    child.state = "running"
+                    pending.remove(child)
+            self.publish()
+            time.sleep(0.1)
+
+    def tick(self) -> None:
+        """Notice exits and restart what is due; call every ~0.2 s."""
+        now = time.monotonic()
+        changed = False
+        for child in self.children:
+            proc = child.proc
+            if child.state == "running" and proc is not None and proc.poll() is not None:
+                child.last_exit = proc.returncode
+                self._kill_group(proc, signal.SIGKILL)  # what it left behind
+                if now - child.started_at >= STABLE_S:
+                    child.backoff_s = BACKOFF_MIN_S
+                child.state, child.restart_at = "restarting", now + child.backoff_s
+                self.say(f"router: {child.spec.name} exited with {proc.returncode}; "
+                         f"restarting in {child.backoff_s:.0f}s (restart {child.restarts + 1})")
+                child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
+                changed = True
+            elif child.state == "restarting" and now >= child.restart_at:
+                child.restarts += 1
+                self._spawn(child)
+                child.state = "running"
+                changed = True
+        self.publish(force=changed)
+
+    def publish(self, force: bool = True) -> None:
+        if self._write_state is None or (not force and time.monotonic() - self._last_write < 2.0):
+            return
+        self._last_write = time.monotonic()
+        try:
+            self._write_state({"supervisor_pid": os.getpid(),
+                               "processes": {c.spec.name: c.view() for c in self.children},
+                               **self.extra_state})
+        except OSError as exc:
+            self.say(f"router: node state not written: {exc}")
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM every child's group, SIGKILL what is left after grace_s."""
+        live = [c.proc for c in self.children if c.proc is not None]
+        for proc in live:
+            self._kill_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in live:
+            try:
+                proc.wait(max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in live:
+            self._kill_group(proc, signal.SIGKILL)  # stragglers, grandchildren included
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
