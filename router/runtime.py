@@ -222,8 +222,14 @@ class Runtime:
                 pubsub = async_client().pubsub(ignore_subscribe_messages=True)
                 await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key())
                 delay = 0.2
+                recovered = self.redis_down_since is not None
                 self._redis_up()
                 await self._refresh_health()
+                if recovered:
+                    # Notices published while we were not subscribed are gone: catch
+                    # up from the DB now instead of waiting for the safety poll.
+                    if await _in_thread(current_revision) != self.snapshot.revision:
+                        await self.reload()
                 async for message in pubsub.listen():
                     channel = message.get("channel")
                     if channel == health_key().encode():
