@@ -10,6 +10,7 @@ which end with an error event (counted as failed, never lost).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.faults.load import Load
 from tests.faults.services import OwnedPostgres, OwnedRedis, hold
+from tests.support.nodeproc import NodeProc
 from tests.support.routerproc import PY, ROOT, wait_until
 
 pytestmark = pytest.mark.faults
@@ -195,3 +197,31 @@ def test_hostile_input_under_load(openai_backends, router_factory, report):
     ok = recovered and c.lost == 0 and c.failed == 0 and not refused_5xx
     report("hostile requests beside a steady loop", c, ok, f"5xx answers to hostile requests: {refused_5xx or 'none'}")
     assert ok, (c, refused_5xx)
+
+
+def test_tasks_and_beat_killed_under_load(openai_backends, report):
+    """A whole node (`runnode`): its Celery worker and its beat killed with SIGKILL
+    while /v1 is under load. The web keeps serving and both come back."""
+    (a,) = named(openai_backends, "a")
+    node = NodeProc(config=config(a)).start()
+    try:
+        with Load(node.url, concurrency=4) as load:
+            wait_until(lambda: load.counts.ok >= 20, 60, what="load warmed up")
+            pids = {name: p["pid"] for name, p in node.node()["processes"].items()}
+            os.kill(pids["tasks"], signal.SIGKILL)
+            os.kill(pids["beat"], signal.SIGKILL)
+            back = True
+            try:
+                wait_until(lambda: all(p["state"] == "running" and p["restarts"] >= 1
+                                       for name, p in node.node()["processes"].items() if name in ("tasks", "beat")),
+                           90, interval=0.2, what="tasks and beat restarted")
+            except AssertionError:
+                back = False
+            back_at = time.monotonic()
+            recovered = serves_after(load, back_at, 20)
+        c = load.counts
+        ok = recovered and back and c.lost == 0 and c.failed == 0
+        report("runnode: tasks + beat SIGKILLed under load", c, ok, "both restarted: " + ("yes" if back else "NO"))
+        assert ok, (c, back)
+    finally:
+        node.stop()

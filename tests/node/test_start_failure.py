@@ -9,7 +9,7 @@ import time
 import pytest
 
 from router.supervisor import ChildSpec, StartFailure, Supervisor
-from tests.node.conftest import pid_alive
+from tests.support.nodeproc import pid_alive
 from tests.support.routerproc import ROOT
 
 

@@ -9,7 +9,7 @@ import threading
 
 import httpx
 
-from tests.node.conftest import pid_alive
+from tests.support.nodeproc import pid_alive
 from tests.support.routerproc import PY, ROOT, wait_until
 
 
