@@ -39,7 +39,7 @@ def test_an_explicit_prefix_wins(tmp_path):
 
 def test_status_shows_the_namespace(node_factory):
     node = node_factory(args=("--no-tasks",)).start()
-    ns = httpx.get(node.url + "/status", timeout=5).json()["node"]["namespace"]
+    ns = node.status()["node"]["namespace"]
     assert ns["redis_prefix"] == f"router:{ns['deployment']}:" and ns["shared_with"] == []
 
 
