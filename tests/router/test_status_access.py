@@ -29,8 +29,10 @@ def test_status_needs_the_token_and_probes_stay_public(openai_backends, router_f
     ready = httpx.get(router.url + "/readyz", timeout=5)
     assert ready.status_code == 200
     body = ready.json()
-    assert set(body) == {"status", "checks"}
+    assert set(body) == {"status", "checks", "degraded"}
     assert body["checks"] and all(isinstance(v, bool) for v in body["checks"].values())
+    # Degraded parts by name only (processes, redis, keyspace): never detail.
+    assert set(body["degraded"]) <= {"redis", "keyspace", "web", "tasks", "beat", "events"}
     assert not any(word in ready.text for word in private)
 
 
