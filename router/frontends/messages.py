@@ -28,7 +28,7 @@ from ..pipeline import Routed, refused, route
 from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
 from ..request import Envelope, check_content_type, parse_body
 from . import anthropic
-from .responses import RoutedStream, observed
+from .responses import RoutedStream, observed, rendered
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +81,7 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
     except RouterError as exc:
         refused(exc, obs, started)
         return observed(_router_error(exc))
-    try:
-        return observed(_render(routed, conversion))
-    except Exception as exc:  # nothing the render does may keep the slot
-        await routed.aclose()
-        if not isinstance(exc, RouterError):
-            log.error("anthropic /v1/messages: rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
-            exc = UpstreamError("The router failed to relay the upstream answer.")
-        return observed(_router_error(exc))
+    return await rendered(routed, lambda r: _render(r, conversion), _router_error)
 
 
 def _render(routed: Routed, conversion: anthropic.Conversion) -> HttpResponseBase:

@@ -17,11 +17,11 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from ..admission import admit, headers_of, ready_snapshot
-from ..core.errors import RequestTooLarge, RouterError, UpstreamError
+from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
 from ..pipeline import Routed, refused, route
 from ..request import Envelope, check_content_type, parse_body
-from .responses import RoutedStream, error_response, observed
+from .responses import RoutedStream, error_response, observed, rendered
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,7 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
     except RouterError as exc:
         refused(exc, obs, started)
         return observed(error_response(exc))
-    try:
-        return observed(render(routed))
-    except Exception as exc:  # nothing the render does may keep the slot
-        await routed.aclose()
-        if not isinstance(exc, RouterError):
-            log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
-            exc = UpstreamError("The router failed to relay the upstream answer.")
-        return observed(error_response(exc))
+    return await rendered(routed, render, error_response)
 
 
 def read_body(request: HttpRequest, headers: dict[str, str], snap: Snapshot) -> bytes:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
-from ..core.errors import RouterError
+from ..core.errors import RouterError, UpstreamError
 from ..pipeline import Routed
+
+log = logging.getLogger(__name__)
 
 
 def error_response(exc: RouterError) -> HttpResponse:
@@ -47,3 +50,19 @@ class RoutedStream(StreamingHttpResponse):
     def close(self) -> None:
         super().close()
         self.routed.abandon()
+
+
+async def rendered(
+    routed: Routed, render: Callable[[Routed], HttpResponseBase], refuse: Callable[[RouterError], HttpResponseBase]
+) -> HttpResponseBase:
+    """`render(routed)`; whatever it raises frees the slot and the upstream
+    first, and becomes `refuse(error)` (a 502 for anything not ours)."""
+    try:
+        return observed(render(routed))
+    except Exception as exc:  # nothing the render does may keep the slot
+        await routed.aclose()
+        if not isinstance(exc, RouterError):
+            log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
+            exc = UpstreamError("The router failed to relay the upstream answer.")
+        return observed(refuse(exc))
+

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from tests.faults.load import Load
-from tests.faults.services import OwnedPostgres, OwnedRedis, hold
 from tests.support.nodeproc import NodeProc
 from tests.support.routerproc import PY, ROOT, wait_until
+from tests.support.services import OwnedPostgres, OwnedRedis, hold
 
 pytestmark = pytest.mark.faults
 

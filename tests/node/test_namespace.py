@@ -7,8 +7,6 @@ import os
 import subprocess
 import uuid
 
-import httpx
-
 from tests.support.routerproc import PY, ROOT, wait_until
 
 _SHOW = ("from django.conf import settings as s; import json; "

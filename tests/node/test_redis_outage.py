@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import redis
 
 from tests.support.routerproc import PY, ROOT, free_port, wait_until
+from tests.support.services import OwnedRedis
 
 CONFIG = """
 backends:
@@ -23,39 +21,11 @@ backends:
     models: [m]
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
-
-
-class OwnRedis:
-    """A redis-server this test owns, on its own port (stopped and restarted)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-own-"))
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> OwnRedis:
-        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--save", "", "--appendonly", "no",
-                                      "--dir", str(self.dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: redis.Redis(port=self.port, socket_connect_timeout=0.5).ping(), 20, what="redis up")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-
 @pytest.fixture
 def own_redis():
-    server = OwnRedis().start()
+    server = OwnedRedis().start()
     yield server
-    server.stop()
+    server.cleanup()
 
 
 def _count(text: str, needle: str) -> int:

@@ -9,9 +9,15 @@ message saying what to re-read.
 
 from __future__ import annotations
 
+import logging
+
 import httpx
+from django.http import HttpResponse
+from django.test import RequestFactory
+from django.utils.log import log_response
 from httpx_aiohttp import AiohttpTransport
 
+from router.frontends.responses import observed
 from router.runtime import make_client, transport_of
 
 WHY = (
@@ -52,3 +58,16 @@ async def test_the_runtime_client_sends_through_the_aiohttp_transport():
         assert isinstance(transport_of(client), AiohttpTransport), WHY
     finally:
         await client.aclose()
+
+
+def test_django_skips_logging_a_response_the_door_already_observed(caplog):
+    """The doors mark their responses with `observed()` so Django's request
+    logger does not log a 5xx the observation already logged. That relies on
+    django.utils.log.log_response honouring `response._has_been_logged`: if
+    Django drops it, this fails (and 5xx lines would double again)."""
+    request = RequestFactory().get("/v1/models")
+    with caplog.at_level(logging.ERROR, logger="django.request"):
+        log_response("x", response=HttpResponse(status=502), request=request)
+        assert len(caplog.records) == 1  # the unmarked one is logged: the test can see logging
+        log_response("x", response=observed(HttpResponse(status=502)), request=request)
+    assert len(caplog.records) == 1
