@@ -13,7 +13,9 @@ class AppproxyConfig(AppConfig):
         (router.extensions)."""
         # Imported here, not at the top: these import appproxy.models, which
         # Django only allows once every app is loaded, i.e. in ready().
+        from . import router_status
         from .config import validate_section
+        from .router_config import validate_router_section
         from .selectors import compile_ingress
         from .status import readiness, worker_status
 
@@ -21,3 +23,11 @@ class AppproxyConfig(AppConfig):
         extensions.register_snapshot_part("ingress", compile_ingress)
         extensions.register_readiness("appproxy", readiness)
         extensions.register_status_section("appproxy", worker_status)
+        # The ROUTER worker (appproxy_router, seed §9): forced blocking keys,
+        # published names, its readiness and /status section.
+        extensions.register_section_validator("appproxy_router", validate_router_section)
+        extensions.register_snapshot_part("api_keys_mode", router_status.compile_mode)
+        extensions.register_snapshot_part("listed", router_status.compile_listed)
+        extensions.register_snapshot_part("worker", router_status.compile_worker)
+        extensions.register_readiness("appproxy_router", router_status.readiness)
+        extensions.register_status_section("appproxy_router", router_status.router_status)

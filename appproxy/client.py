@@ -58,6 +58,9 @@ def _describe(response: httpx.Response) -> tuple[str, str | None]:
     return title or response.reason_phrase or "error", body.get("error_code")
 
 
+NOT_MODIFIED = object()  # router_config() on 304
+
+
 class CoordinatorClient:
     def __init__(
         self,
@@ -90,7 +93,16 @@ class CoordinatorClient:
         self.close()
 
     # -- transport ---------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None, *, worker_path: bool = False) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        worker_path: bool = False,
+        params: dict[str, str] | None = None,
+        allow_304: bool = False,
+    ) -> Any:
         headers = {
             "X-BackendAI-Token": self._secret.reveal(),
             "X-BackendAI-RequestID": str(uuid.uuid4()),
@@ -101,11 +113,13 @@ class CoordinatorClient:
             content = orjson.dumps(body)
             headers["Content-Type"] = "application/json"
         try:
-            response = self._http.request(method, path, content=content, headers=headers)
+            response = self._http.request(method, path, content=content, headers=headers, params=params)
         except httpx.TimeoutException as exc:
             raise CoordinatorUnavailable(f"{method} {path}: timed out") from exc
         except httpx.HTTPError as exc:
             raise CoordinatorUnavailable(f"{method} {path}: {type(exc).__name__}") from exc
+        if response.status_code == 304 and allow_304:
+            return NOT_MODIFIED
         if response.status_code == 200:
             try:
                 return response.json()
@@ -128,16 +142,45 @@ class CoordinatorClient:
         except ValueError as exc:
             raise CoordinatorError("PUT /api/worker: the answer has no worker id") from exc
 
-    def heartbeat(self, worker_id: str) -> WorkerInfo | None:
-        """``PATCH /api/worker/{id}``; ``WorkerNotFound`` means register again."""
-        data = self._call("PATCH", f"/api/worker/{worker_id}", worker_path=True)
+    def register_router(self, body: dict[str, Any]) -> WorkerInfo:
+        """``PUT /api/worker`` with the ROUTER body (router_wire.router_registration)."""
+        data = self._call("PUT", "/api/worker", body)
+        try:
+            return WorkerInfo.model_validate(data)
+        except ValueError as exc:
+            raise CoordinatorError("PUT /api/worker: the answer has no worker id") from exc
+
+    def router_config(self, worker_id: str, known_revision: str | None) -> Any:
+        """``GET /api/worker/{id}/router-config[?known_revision=r]``: the JSON
+        snapshot, or ``NOT_MODIFIED`` on 304."""
+        params = {"known_revision": known_revision} if known_revision is not None else None
+        return self._call(
+            "GET", f"/api/worker/{worker_id}/router-config", worker_path=True, params=params, allow_304=True
+        )
+
+    def heartbeat(self, worker_id: str, node_id: str | None = None) -> WorkerInfo | None:
+        """``PATCH /api/worker/{id}``; ``WorkerNotFound`` means register again.
+
+        A ROUTER node sends its ``node_id`` as the JSON body and as a query
+        parameter (the BEP leaves the transport open; a coordinator reads one)."""
+        if node_id:
+            data = self._call(
+                "PATCH",
+                f"/api/worker/{worker_id}",
+                {"node_id": node_id},
+                worker_path=True,
+                params={"node_id": node_id},
+            )
+        else:
+            data = self._call("PATCH", f"/api/worker/{worker_id}", worker_path=True)
         try:
             return WorkerInfo.model_validate(data)
         except ValueError:
             return None
 
-    def deregister(self, worker_id: str) -> None:
-        self._call("DELETE", f"/api/worker/{worker_id}", worker_path=True)
+    def deregister(self, worker_id: str, node_id: str | None = None) -> None:
+        params = {"node_id": node_id} if node_id else None
+        self._call("DELETE", f"/api/worker/{worker_id}", worker_path=True, params=params)
 
     def circuits(self, worker_id: str) -> tuple[list[Circuit], set[str], list[str]]:
         """Every circuit of the worker: (parsed, ids of items that failed to

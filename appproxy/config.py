@@ -205,6 +205,10 @@ class AppProxySettings(BaseModel):
 
     # -- derived ------------------------------------------------------------
     @property
+    def mode(self) -> str:
+        return "wildcard"
+
+    @property
     def apex(self) -> str:
         """The wildcard domain without its leading dot: an aggregation host."""
         return self.wildcard_domain.lstrip(".")

@@ -47,6 +47,7 @@ __all__ = [
     "encode_ack",
     "encode_event",
     "metadata_json",
+    "pack_args",
 ]
 
 CHANNEL = "events_all-appproxy"
@@ -264,9 +265,13 @@ def metadata_json(fmt: Format, request_id: str | None = None) -> str:
     return orjson.dumps(meta).decode()
 
 
-def _pack_args(args: Sequence[str]) -> str:
+def pack_args(args: Sequence[str]) -> str:
+    """base64(msgpack([str, …])): the ``args`` field of the legacy format."""
     packed = msgpack.packb(list(args), use_bin_type=True)
     return base64.b64encode(packed).decode("ascii")
+
+
+_pack_args = pack_args
 
 
 def _compact(value: Any) -> str:

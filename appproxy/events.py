@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from .envelope import CREATED, REMOVED, ROUTE_UPDATED, Event
 from .models import EventRecord
+from .router_services import router_circuit_desire
 from .services import ApplyResult, reconcile_apply
 from .wire import Circuit, RouteInfo, parse_circuits
 
@@ -50,10 +51,13 @@ class EventOutcome:
 
 def apply_event(event: Event, settings) -> EventOutcome:
     """Apply one decoded event addressed to us. Raises EventRejected."""
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "authority": settings.authority,
         "discovery_timeout": settings.discovery_timeout,
     }
+    if getattr(settings, "mode", "wildcard") == "router":
+        # ROUTER mode: circuits join publications; no replica is asked its model.
+        kwargs["desire"] = router_circuit_desire(settings.authority)
     if event.name == CREATED:
         circuits, errors = parse_circuits(event.circuits)
         if errors and not circuits:

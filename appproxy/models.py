@@ -60,13 +60,23 @@ class Route(dj.Model):
 
 
 class WorkerState(dj.Model):
-    """This node's registration under one authority (one row per authority)."""
+    """One node's registration under one authority: a row per (authority,
+    node_id), so nodes that share a database never take turns registering.
 
-    authority = dj.CharField(max_length=200, unique=True)
+    ``node_id`` is the node session's id (appproxy.node: a fresh uuid4 per
+    node start, never reused); rows of nodes gone quiet are pruned at
+    registration. ``worker_id`` blank = register (again)."""
+
+    authority = dj.CharField(max_length=200)
     worker_id = dj.CharField(max_length=36, blank=True, default="")
-    # The tasks process that registered (a fresh id per process start); a
-    # different one means "not registered by the running process yet".
-    node_id = dj.CharField(max_length=36, blank=True, default="")
+    node_id = dj.CharField(max_length=64, blank=True, default="")
+    mode = dj.CharField(max_length=16, blank=True, default="wildcard")
+    # ROUTER mode: the last applied router-config revision (opaque; blank =
+    # none, the next pull omits known_revision) and the pull outcomes.
+    revision = dj.CharField(max_length=200, blank=True, default="")
+    last_pull_result = dj.CharField(max_length=32, blank=True, default="")
+    pulls_full = dj.PositiveIntegerField(default=0)
+    pulls_unchanged = dj.PositiveIntegerField(default=0)
     registered_at = dj.DateTimeField(null=True, blank=True)
     last_heartbeat_at = dj.DateTimeField(null=True, blank=True)
     last_pull_at = dj.DateTimeField(null=True, blank=True)
@@ -79,8 +89,31 @@ class WorkerState(dj.Model):
     circuits = dj.PositiveIntegerField(default=0)
     updated_at = dj.DateTimeField(auto_now=True)
 
+    class Meta:
+        constraints = (dj.UniqueConstraint(fields=("authority", "node_id"), name="appproxy_workerstate_node"),)
+
     def __str__(self) -> str:
-        return self.authority
+        return f"{self.authority} ({self.node_id[:8] or '-'})"
+
+
+class Publication(dj.Model):
+    """A ROUTER-mode model publication as the coordinator last sent it
+    (seed §9.2): a primary name, aliases, endpoint mappings. No secret."""
+
+    authority = dj.CharField(max_length=200)
+    model = dj.CharField(max_length=300)
+    aliases = dj.JSONField(default=list, blank=True)
+    mappings = dj.JSONField(default=list, blank=True, help_text="[{endpoint_id, ratio}] as received.")
+    control_mode = dj.CharField(max_length=32, blank=True, default="manual")
+    revision = dj.CharField(max_length=200, blank=True, default="", help_text="Snapshot revision it came with.")
+    updated_at = dj.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model"]
+        constraints = (dj.UniqueConstraint(fields=("authority", "model"), name="appproxy_publication_model"),)
+
+    def __str__(self) -> str:
+        return self.model
 
 
 class EventRecord(dj.Model):

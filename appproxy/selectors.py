@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import node
 from .config import parse_section
 from .ingress import Ingress
 from .models import Circuit, WorkerState
@@ -38,7 +39,7 @@ def compile_ingress(cfg: Any) -> Ingress | None:
     if settings is None or not settings.enabled:
         return None
     circuits, models = mirror_circuits()
-    state = WorkerState.objects.filter(authority=settings.authority).first()
+    state = WorkerState.objects.filter(authority=settings.authority, node_id=node.current()).first()
     return Ingress(
         domain=settings.wildcard_domain,
         aggregate_hosts=frozenset({settings.apex, *settings.aggregation_hosts}),

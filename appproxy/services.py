@@ -20,7 +20,7 @@ Invariants (seed §5.3, SPEC LEG-2/3/4, CORE-2/8):
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from router.core.backend import BackendSpec
 from router.models import Backend, Source
 from router.redis import sync_client
-from router.revision import bump_revision
+from router.revision import bump_revision, lock_revision
 
 from . import discovery
 from .models import Circuit, Route, WorkerState
@@ -178,10 +178,14 @@ def _apply_locked(
     remove: Collection[str] = (),
     keep: Collection[str] = (),
     pull_started: datetime | None = None,
+    node_id: str = "",
+    desire: Callable[[Iterable[WireCircuit], Mapping[str, str]], dict[str, BackendSpec]] | None = None,
+    extra_changed: bool = False,
 ) -> ApplyResult:
     now = timezone.now()
     incoming = {str(c.id): c for c in circuits}
     with transaction.atomic():
+        lock_revision()  # nodes sharing one PostgreSQL apply one at a time
         rows = {row.circuit_id: row for row in Circuit.objects.all()}
         gone = {str(i).lower() for i in remove} & rows.keys()
         if full:
@@ -203,7 +207,7 @@ def _apply_locked(
             mirror[cid] = circuit
             model_of[cid] = models.get(circuit.model_key) or (row.model if row is not None else "")
         by_key = {mirror[cid].model_key: m for cid, m in model_of.items() if m}
-        desired = desired_backends(mirror.values(), by_key)
+        desired = (desire or desired_backends)(mirror.values(), by_key)
 
         upserted = []
         for cid, circuit in incoming.items():
@@ -223,17 +227,17 @@ def _apply_locked(
         flipped = False
         if authority is not None:
             # Field-wise updates: the heartbeat writes the same row concurrently.
-            state, _ = WorkerState.objects.get_or_create(authority=authority)
-            rows_of = WorkerState.objects.filter(pk=state.pk)
-            updates: dict[str, Any] = {"circuits": len(mirror), "updated_at": now}
-            if pull_started is not None:  # a full pull: the node may become ready
+            # Other nodes sharing the DB see the mirror change through the revision.
+            WorkerState.objects.filter(authority=authority).update(circuits=len(mirror), updated_at=now)
+            if pull_started is not None and node_id:  # this node's full pull: it may become ready
+                state, _ = WorkerState.objects.get_or_create(authority=authority, node_id=node_id)
+                rows_of = WorkerState.objects.filter(pk=state.pk)
                 flipped = not state.first_pull_applied
-                updates.update(first_pull_applied=True, last_pull_at=now)
+                rows_of.update(first_pull_applied=True, last_pull_at=now)
                 rows_of.filter(pull_requested_at__lte=pull_started).update(pull_requested_at=None)
-            rows_of.update(**updates)
 
         revision = None
-        if upserted or gone or p or flipped:
+        if upserted or gone or p or flipped or extra_changed:
             revision = bump_revision(f"appproxy {source}")
     if revision is not None:
         log.info(
@@ -261,20 +265,28 @@ def reconcile_apply(
     remove: Collection[str] = (),
     discovery_timeout: float = 2.0,
     lock_timeout: float = 30.0,
+    desire: Callable[[Iterable[WireCircuit], Mapping[str, str]], dict[str, BackendSpec]] | None = None,
 ) -> ApplyResult:
     """Apply circuits (and removals) to the mirror under the reconcile lock.
 
     ``full=True`` makes ``circuits`` the complete set (a pull); otherwise they
     are upserted one by one (created / route_updated) and ``remove`` names
     circuit ids to drop (removed).
+
+    ``desire`` replaces the legacy plan (ROUTER mode: circuits × publications,
+    no model discovery).
     """
     circuits = list(circuits)
-    models = discovery.discover_models(circuits, known_models(), timeout=discovery_timeout)
+    models = (
+        {} if desire is not None else discovery.discover_models(circuits, known_models(), timeout=discovery_timeout)
+    )
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
-        return _apply_locked(circuits, models, source=source, authority=authority, full=full, remove=remove)
+        return _apply_locked(
+            circuits, models, source=source, authority=authority, full=full, remove=remove, desire=desire
+        )
 
 
-def pull_and_apply(settings, *, client, worker_id: str, lock_timeout: float = 30.0) -> ApplyResult:
+def pull_and_apply(settings, *, client, worker_id: str, node_id: str = "", lock_timeout: float = 30.0) -> ApplyResult:
     """``GET /api/worker/{id}/circuits`` and apply it as the full set (LEG-2).
 
     Marks the first pull as applied, which makes the node ready (/readyz).
@@ -293,6 +305,7 @@ def pull_and_apply(settings, *, client, worker_id: str, lock_timeout: float = 30
             full=True,
             keep=failed,
             pull_started=started,
+            node_id=node_id,
         )
 
 

@@ -20,6 +20,7 @@ from django.db import close_old_connections
 
 from router.core.snapshot import Snapshot
 
+from . import node
 from .config import load_settings
 from .ingress import Ingress
 from .models import EventRecord, WorkerState
@@ -55,7 +56,7 @@ def _iso(value) -> str | None:
 def _live(authority: str) -> dict[str, Any]:
     close_old_connections()
     try:
-        row = WorkerState.objects.filter(authority=authority).first()
+        row = WorkerState.objects.filter(authority=authority, node_id=node.current()).first()
         last_event = EventRecord.objects.order_by("-pk").first()
         settings = None
         try:

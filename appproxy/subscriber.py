@@ -38,11 +38,13 @@ from redis.exceptions import RedisError
 from router.config_schema import ConfigError
 from router.redis import async_client, sync_client
 
-from . import envelope
-from .config import AppProxySettings, load_settings
+from . import envelope, node
 from .envelope import CREATED, EnvelopeError
 from .events import APPLIED_EVENTS, EventRejected, apply_event, record_event
-from .worker import request_pull
+from .modes import Settings, active_settings
+from .router_events import ROUTER_EVENTS, decode_router, encode_router_ack
+from .router_services import apply_publication, refresh_keys, remove_key, remove_publication
+from .worker import client_for, request_pull, state_of
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ CONFIG_CHECK = 1.0
 
 
 def alive_key(authority: str) -> str:
-    return f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:events:{authority}"
+    # Per node: nodes sharing a deployment's Redis namespace each need their own.
+    return f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:events:{django_settings.ROUTER_NODE_ID}:{authority}"
 
 
 def subscriber_alive(authority: str) -> bool:
@@ -64,12 +67,16 @@ def subscriber_alive(authority: str) -> bool:
         return False
 
 
-def _session_key(s: AppProxySettings) -> tuple[Any, ...]:
-    return (s.enabled, s.events_enabled, s.bus_url(), s.channel, s.authority)
+def _session_key(s: Settings) -> tuple[Any, ...]:
+    return (s.mode, s.enabled, s.events_enabled, s.bus_url(), s.channel, s.authority)
+
+
+def _node_id() -> str:
+    return node.current()
 
 
 class Subscriber:
-    def __init__(self, *, stop: asyncio.Event | None = None, loader: Callable[[], Any] = load_settings) -> None:
+    def __init__(self, *, stop: asyncio.Event | None = None, loader: Callable[[], Any] = active_settings) -> None:
         self.stop = stop or asyncio.Event()
         self._load = loader
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="appproxy-events")
@@ -83,7 +90,7 @@ class Subscriber:
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    async def _settings(self) -> AppProxySettings | None:
+    async def _settings(self) -> Settings | None:
         """The section as applied to the DB (read off the event loop: it queries)."""
         try:
             return await self._db(self._load)
@@ -125,7 +132,7 @@ class Subscriber:
         finally:
             self._executor.shutdown(wait=True)
 
-    async def _session(self, s: AppProxySettings) -> None:
+    async def _session(self, s: Settings) -> None:
         key = _session_key(s)
         bus = aioredis.from_url(
             s.bus_url(),
@@ -169,7 +176,7 @@ class Subscriber:
             with contextlib.suppress(Exception):
                 await bus.aclose()
 
-    async def _subscribed(self, s: AppProxySettings, node: Any) -> None:
+    async def _subscribed(self, s: Settings, node: Any) -> None:
         self.subscriptions += 1
         await node.set(alive_key(s.authority), str(self.subscriptions), ex=ALIVE_TTL)
         log.info(
@@ -177,16 +184,19 @@ class Subscriber:
             extra={"channel": s.channel, "authority": s.authority, "subscriptions": self.subscriptions},
         )
         # Whatever was published while we were not listening: a full pull.
-        await self._db(request_pull, s.authority)
+        await self._db(request_pull, s.authority, await self._db(_node_id))
 
     # -- one message -----------------------------------------------------------
-    async def handle(self, bus: Any, s: AppProxySettings, data: bytes) -> None:
+    async def handle(self, bus: Any, s: Settings, data: bytes) -> None:
         received = timezone.now()
         try:
             event = envelope.decode(data)
         except EnvelopeError as exc:
             log.warning("appproxy: malformed event dropped: %s", exc)
             await self._db(record_event, name="(malformed)", received_at=received, ok=False, detail=str(exc))
+            return
+        if s.mode == "router" and event.name in ROUTER_EVENTS:
+            await self._router_event(bus, s, event, received)
             return
         if event.name not in APPLIED_EVENTS or event.authority != s.authority:
             return
@@ -231,3 +241,73 @@ class Subscriber:
             },
         )
         await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True, detail=outcome.detail)
+
+    # -- ROUTER-mode events (seed §9.9-9.10) -------------------------------
+    async def _router_event(self, bus: Any, s: Settings, event: Any, received: Any) -> None:
+        try:
+            ev = decode_router(event)
+        except EnvelopeError as exc:
+            log.warning("appproxy_router: %s dropped: %s", event.name, exc)
+            await self._db(
+                record_event, name=event.name, fmt=event.fmt, received_at=received, ok=False, detail=str(exc)
+            )
+            return
+        if ev.authority != s.authority:
+            return
+        base = {
+            "name": ev.name,
+            "fmt": ev.fmt,
+            "authority": ev.authority,
+            "circuit_ids": [ev.ack_id],
+            "received_at": received,
+        }
+        node_id = await self._db(_node_id)
+        try:
+            await self._db(_apply_router_event, ev, s, node_id)
+        except Exception as exc:
+            log.warning(
+                "appproxy_router: %s %s not applied (%s); the next pull heals it",
+                ev.name,
+                ev.ack_id,
+                type(exc).__name__,
+            )
+            await self._db(record_event, **base, ok=False, detail=f"not applied: {type(exc).__name__}")
+            return
+        applied = timezone.now()
+        acked = None
+        if node_id:
+            data = encode_router_ack(
+                s.authority, node_id, ev.kind, ev.ack_id, s.ack_format(ev.fmt), request_id=event.request_id
+            )
+            try:
+                await bus.publish(s.channel, data)
+            except RedisError:
+                await self._db(record_event, **base, applied_at=applied, ok=False, detail="ack not published")
+                raise
+            acked = timezone.now()
+        log.info(
+            "appproxy_router: event applied",
+            extra={
+                "event": ev.name,
+                "fmt": ev.fmt,
+                "id": ev.ack_id,
+                "apply_ms": round((applied - received).total_seconds() * 1000, 1),
+                "acked": acked is not None,
+            },
+        )
+        await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True)
+
+
+def _apply_router_event(ev: Any, s: Settings, node_id: str) -> None:
+    if ev.name.endswith("model_updated_event"):
+        apply_publication(s.authority, ev.publication)
+    elif ev.name.endswith("model_removed_event"):
+        remove_publication(s.authority, ev.ident)
+    elif ev.name.endswith("key_removed_event"):
+        remove_key(s.authority, ev.ident)
+    else:  # key_updated: the hash comes from an authenticated re-pull
+        row = state_of(s.authority, node_id)
+        if row is None or not row.worker_id:
+            raise RuntimeError("not registered yet")
+        with client_for(s) as client:
+            refresh_keys(s.authority, client=client, worker_id=row.worker_id, node_id=node_id)

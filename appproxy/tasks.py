@@ -11,8 +11,12 @@ Invariants:
 - Tasks take no arguments and are idempotent: each re-checks that its job is
   still due under a per-job Redis lock, so a duplicate send is a no-op.
 - Each send sets ``expires`` no longer than the job's interval.
-- ``BOOT_ID`` is fresh per tasks-process start (stored as WorkerState.node_id):
-  a restarted process registers again and pulls in full.
+- The node session id (appproxy.node: ``APPPROXY_NODE_ID`` from runnode, else
+  fresh per tasks-process start) keys this node's WorkerState row: a new
+  session registers again and pulls in full; nodes sharing one database each
+  keep their own row and never take turns registering.
+- Both modes run here: the legacy wildcard worker (``appproxy``) and the
+  ROUTER worker (``appproxy_router``); appproxy.modes picks the enabled one.
 - At graceful shutdown (``worker_shutdown``) the worker is deregistered.
 """
 
@@ -21,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 
 from celery import shared_task
@@ -32,14 +35,14 @@ from redis.exceptions import LockError, RedisError
 from router.config_schema import ConfigError
 from router.redis import sync_client
 
-from . import lifecycle, worker
-from .config import AppProxySettings, load_settings
+from . import lifecycle, node, worker
+from .modes import Settings, active_settings
+from .router_services import clear_router_mirror
 from .services import clear_mirror
 from .subscriber import subscriber_alive
 
 log = logging.getLogger(__name__)
 
-BOOT_ID = str(uuid.uuid4())
 JOB_TTL = 60.0
 _waiting_since: dict[str, float] = {}
 
@@ -48,27 +51,35 @@ _UNSET = object()
 _cleared_for: object = _UNSET
 
 
-def _settings() -> AppProxySettings | None:
+def _settings() -> Settings | None:
     """The enabled section, or None (disabled, absent or invalid)."""
     global _cleared_for
 
     try:
-        s = load_settings()
+        s = active_settings()
     except ConfigError as exc:
         log.error("appproxy: config error: %s", exc)
         return None  # an invalid file never clears anything
     if s is not None and s.enabled:
+        if _cleared_for is not _UNSET and s.mode != "router":
+            clear_router_mirror()  # switched from ROUTER to legacy: coordinator keys go
         _cleared_for = _UNSET
         return s
     if _cleared_for is not s:  # once per config change: a disabled worker serves no circuits
         if clear_mirror() is not None:
             log.info("appproxy: disabled; mirrored circuits and their backends removed")
+        if clear_router_mirror():
+            log.info("appproxy_router: disabled; publications and coordinator keys removed")
         _cleared_for = s
     return None
 
 
+def _boot() -> str:
+    return node.own()
+
+
 def _lock_name(authority: str, job: str) -> str:
-    return f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:job:{authority}:{job}"
+    return f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:job:{django_settings.ROUTER_NODE_ID}:{authority}:{job}"
 
 
 _LOCK_OF = {lifecycle.REGISTER: "session", lifecycle.HEARTBEAT: "session", lifecycle.RECONCILE: "reconcile"}
@@ -97,7 +108,7 @@ def _busy(authority: str, job: str) -> bool:
         return True
 
 
-def _subscriber_ready(s: AppProxySettings) -> bool:
+def _subscriber_ready(s: Settings) -> bool:
     """Subscribe before registering (reference §4), within a grace period."""
     if not s.events_enabled:
         return True
@@ -123,10 +134,11 @@ def tick() -> list[str]:
     s = _settings()
     if s is None:
         return []
-    row = worker.state(s.authority)
+    node.announce()
+    row = worker.state(s.authority, _boot())
     jobs = lifecycle.due(
         worker.view(row),
-        boot_id=BOOT_ID,
+        boot_id=_boot(),
         now=time.time(),
         heartbeat_period=s.heartbeat_period,
         reconcile_interval=s.reconcile_interval,
@@ -150,15 +162,15 @@ def register() -> None:
         if not held:
             return
         decided = lifecycle.due(
-            worker.view(worker.state(s.authority)),
-            boot_id=BOOT_ID,
+            worker.view(worker.state(s.authority, _boot())),
+            boot_id=_boot(),
             now=time.time(),
             heartbeat_period=s.heartbeat_period,
             reconcile_interval=s.reconcile_interval,
         )
         if decided != (lifecycle.REGISTER,) or not _subscriber_ready(s):
             return
-        worker.register(s, boot_id=BOOT_ID)
+        worker.register(s, boot_id=_boot())
 
 
 @shared_task(name="appproxy.heartbeat", ignore_result=True, expires=10.0)
@@ -168,7 +180,7 @@ def heartbeat() -> None:
         return
     with _exclusive(s.authority, lifecycle.HEARTBEAT) as held:
         if held:
-            worker.heartbeat(s, boot_id=BOOT_ID)
+            worker.heartbeat(s, boot_id=_boot())
 
 
 @shared_task(name="appproxy.reconcile", ignore_result=True, expires=15.0)
@@ -178,7 +190,7 @@ def reconcile() -> None:
         return
     with _exclusive(s.authority, lifecycle.RECONCILE) as held:
         if held:
-            worker.reconcile(s, boot_id=BOOT_ID)
+            worker.reconcile(s, boot_id=_boot())
 
 
 _JOBS = {
@@ -194,6 +206,6 @@ def _deregister_at_shutdown(**_kwargs) -> None:
     if s is None:
         return
     try:
-        worker.deregister(s, boot_id=BOOT_ID)
+        worker.deregister(s, boot_id=_boot())
     except Exception:  # shutdown must go on
         log.exception("appproxy: deregistration at shutdown failed")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -31,21 +32,35 @@ from . import lifecycle
 from .client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound
 from .config import AppProxySettings
 from .models import WorkerState
+from .router_services import router_pull_and_apply
+from .router_wire import router_registration
 from .services import pull_and_apply
 from .wire import WorkerRegistration
 
 log = logging.getLogger(__name__)
 
-__all__ = ["deregister", "heartbeat", "reconcile", "register", "request_pull", "state", "view"]
+__all__ = ["deregister", "heartbeat", "reconcile", "register", "request_pull", "state", "state_of", "view"]
 
 
 def _epoch(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def state(authority: str) -> WorkerState:
-    row, _ = WorkerState.objects.get_or_create(authority=authority)
+def state(authority: str, node_id: str) -> WorkerState:
+    """This node's row under the authority (one per node session)."""
+    row, _ = WorkerState.objects.get_or_create(authority=authority, node_id=node_id)
     return row
+
+
+def state_of(authority: str, node_id: str) -> WorkerState | None:
+    """This node's row, if it exists (never creates one)."""
+    if not node_id:
+        return None
+    return WorkerState.objects.filter(authority=authority, node_id=node_id).first()
+
+
+def _rows(authority: str, node_id: str):
+    return WorkerState.objects.filter(authority=authority, node_id=node_id)
 
 
 def view(row: WorkerState) -> lifecycle.View:
@@ -59,18 +74,27 @@ def view(row: WorkerState) -> lifecycle.View:
     )
 
 
-def client_for(settings: AppProxySettings) -> CoordinatorClient:
+def client_for(settings: Any) -> CoordinatorClient:
     return CoordinatorClient(settings.coordinator_url, settings.api_secret, timeout=settings.request_timeout)
 
 
-def _ok(authority: str, **fields) -> None:
-    WorkerState.objects.filter(authority=authority).update(
-        failures=0, retry_at=None, last_error="", updated_at=timezone.now(), **fields
-    )
+def _ok(authority: str, node_id: str, **fields) -> None:
+    _rows(authority, node_id).update(failures=0, retry_at=None, last_error="", updated_at=timezone.now(), **fields)
 
 
-def _failed(settings: AppProxySettings, what: str, exc: Exception) -> None:
-    row = state(settings.authority)
+def _lost(authority: str, node_id: str, worker_id: str) -> None:
+    log.warning("appproxy: the coordinator does not know worker %s; registering again", worker_id)
+    _rows(authority, node_id).update(worker_id="", status="lost", revision="", updated_at=timezone.now())
+
+
+def _prune(authority: str, node_id: str, heartbeat_period: float) -> None:
+    """Drop the rows of node sessions that went quiet (restarted or gone)."""
+    quiet = timezone.now() - timedelta(seconds=max(120.0, 6 * heartbeat_period))
+    WorkerState.objects.filter(authority=authority, updated_at__lt=quiet).exclude(node_id=node_id).delete()
+
+
+def _failed(settings: AppProxySettings, what: str, exc: Exception, node_id: str) -> None:
+    row = state(settings.authority, node_id)
     failures = row.failures + 1
     delay = lifecycle.backoff(failures, cap=settings.retry_backoff_max)
     status = "unreachable" if isinstance(exc, CoordinatorUnavailable) else "error"
@@ -84,63 +108,90 @@ def _failed(settings: AppProxySettings, what: str, exc: Exception) -> None:
     log.warning("appproxy: %s failed (%s); next try in %.1fs", what, exc, delay, extra={"failures": failures})
 
 
-def register(settings: AppProxySettings, *, boot_id: str) -> bool:
+def _is_router(settings: Any) -> bool:
+    return getattr(settings, "mode", "wildcard") == "router"
+
+
+def register(settings: Any, *, boot_id: str) -> bool:
     """PUT /api/worker, then the first heartbeat and the first (full) pull."""
-    registration = WorkerRegistration.from_settings(settings, api_port=settings.registration_port())
     with client_for(settings) as client:
         try:
-            info = client.register(registration)
+            if _is_router(settings):
+                info = client.register_router(
+                    router_registration(
+                        authority=settings.authority,
+                        hostname=settings.hostname,
+                        api_port=settings.registration_port(),
+                        traffic_port=settings.advertised_traffic_port(),
+                        node_id=boot_id,
+                        tls_listen=settings.tls_listen,
+                        tls_advertised=settings.tls_advertised,
+                    )
+                )
+            else:
+                info = client.register(
+                    WorkerRegistration.from_settings(settings, api_port=settings.registration_port())
+                )
         except CoordinatorError as exc:
-            _failed(settings, "register", exc)
+            _failed(settings, "register", exc, boot_id)
             return False
         with transaction.atomic():
-            row = state(settings.authority)
+            row = state(settings.authority, boot_id)
             first = not row.worker_id
             _ok(
                 settings.authority,
+                boot_id,
                 worker_id=str(info.id),
-                node_id=boot_id,
+                mode=settings.mode,
+                revision="",  # a (re)registration pulls in full
                 registered_at=timezone.now(),
                 status="registered",
             )
+            _prune(settings.authority, boot_id, settings.heartbeat_period)
             if first:
                 bump_revision("appproxy registered")  # /readyz reads it
         log.info(
             "appproxy: registered",
-            extra={"authority": settings.authority, "worker_id": str(info.id), "node_id": boot_id},
+            extra={
+                "authority": settings.authority,
+                "worker_id": str(info.id),
+                "node_id": boot_id,
+                "mode": settings.mode,
+            },
         )
-        _heartbeat(settings, client, str(info.id))
-        _pull(settings, client, str(info.id))
+        _heartbeat(settings, client, str(info.id), boot_id)
+        _pull(settings, client, str(info.id), boot_id)
     return True
 
 
-def _heartbeat(settings: AppProxySettings, client: CoordinatorClient, worker_id: str) -> None:
+def _heartbeat(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str) -> None:
     try:
-        client.heartbeat(worker_id)
+        client.heartbeat(worker_id, node_id if _is_router(settings) else None)
     except WorkerNotFound:
-        log.warning("appproxy: the coordinator does not know worker %s; registering again", worker_id)
-        WorkerState.objects.filter(authority=settings.authority).update(node_id="", status="lost")
+        _lost(settings.authority, node_id, worker_id)
         return
     except CoordinatorError as exc:
-        _failed(settings, "heartbeat", exc)
+        _failed(settings, "heartbeat", exc, node_id)
         return
-    _ok(settings.authority, last_heartbeat_at=timezone.now(), status="registered")
+    _ok(settings.authority, node_id, last_heartbeat_at=timezone.now(), status="registered")
 
 
-def _pull(settings: AppProxySettings, client: CoordinatorClient, worker_id: str) -> None:
+def _pull(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str) -> None:
     try:
-        pull_and_apply(settings, client=client, worker_id=worker_id)
+        if _is_router(settings):
+            router_pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
+        else:
+            pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
     except WorkerNotFound:
-        log.warning("appproxy: the coordinator does not know worker %s; registering again", worker_id)
-        WorkerState.objects.filter(authority=settings.authority).update(node_id="", status="lost")
+        _lost(settings.authority, node_id, worker_id)
     except CoordinatorError as exc:
-        _failed(settings, "pull", exc)
+        _failed(settings, "pull", exc, node_id)
     except LockError:
         log.warning("appproxy: reconcile lock busy; the next tick pulls")
 
 
-def heartbeat(settings: AppProxySettings, *, boot_id: str) -> None:
-    row = state(settings.authority)
+def heartbeat(settings: Any, *, boot_id: str) -> None:
+    row = state(settings.authority, boot_id)
     now = time.time()
     decided = lifecycle.due(
         view(row),
@@ -152,11 +203,11 @@ def heartbeat(settings: AppProxySettings, *, boot_id: str) -> None:
     if lifecycle.HEARTBEAT not in decided:
         return  # a duplicate dispatch, or someone was faster
     with client_for(settings) as client:
-        _heartbeat(settings, client, row.worker_id)
+        _heartbeat(settings, client, row.worker_id, boot_id)
 
 
-def reconcile(settings: AppProxySettings, *, boot_id: str) -> None:
-    row = state(settings.authority)
+def reconcile(settings: Any, *, boot_id: str) -> None:
+    row = state(settings.authority, boot_id)
     decided = lifecycle.due(
         view(row),
         boot_id=boot_id,
@@ -167,26 +218,29 @@ def reconcile(settings: AppProxySettings, *, boot_id: str) -> None:
     if lifecycle.RECONCILE not in decided:
         return
     with client_for(settings) as client:
-        _pull(settings, client, row.worker_id)
+        _pull(settings, client, row.worker_id, boot_id)
 
 
-def deregister(settings: AppProxySettings, *, boot_id: str) -> None:
+def deregister(settings: Any, *, boot_id: str) -> None:
     """DELETE /api/worker/{id} at graceful shutdown (only if we registered)."""
-    row = WorkerState.objects.filter(authority=settings.authority).first()
-    if row is None or not row.worker_id or row.node_id != boot_id:
+    row = _rows(settings.authority, boot_id).first()
+    if row is None or not row.worker_id:
         return
     try:
         with CoordinatorClient(
             settings.coordinator_url, settings.api_secret, timeout=min(3.0, settings.request_timeout)
         ) as client:
-            client.deregister(row.worker_id)
+            client.deregister(row.worker_id, boot_id if _is_router(settings) else None)
     except CoordinatorError as exc:
         log.warning("appproxy: deregistration failed: %s", exc)
-    WorkerState.objects.filter(pk=row.pk).update(node_id="", status="deregistered", updated_at=timezone.now())
+    WorkerState.objects.filter(pk=row.pk).update(worker_id="", status="deregistered", updated_at=timezone.now())
     log.info("appproxy: deregistered", extra={"authority": settings.authority, "worker_id": row.worker_id})
 
 
-def request_pull(authority: str) -> None:
-    """Ask the tasks process for a full pull at its next tick."""
-    row = state(authority)
-    WorkerState.objects.filter(pk=row.pk).update(pull_requested_at=timezone.now())
+def request_pull(authority: str, node_id: str = "") -> None:
+    """Ask this node's tasks process for a full pull at its next tick (every
+    node session of the authority when the id is not known yet)."""
+    rows = WorkerState.objects.filter(authority=authority)
+    if node_id:
+        rows = rows.filter(node_id=node_id)
+    rows.update(pull_requested_at=timezone.now())

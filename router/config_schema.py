@@ -111,11 +111,18 @@ class ServerConfig(_Strict):
         return v
 
 
+def _enabled(section: dict[str, Any] | None) -> bool:
+    value = section.get("enabled") if isinstance(section, dict) else None
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "yes", "on", "1"}
+    return value is True or value == 1
+
+
 class RouterFile(_Strict):
     backends: list[BackendConfig] = Field(default_factory=list)
-    selection_strategy: Literal[
-        "weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash"
-    ] = "weighted_round_robin"
+    selection_strategy: Literal["weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash"] = (
+        "weighted_round_robin"
+    )
     health: HealthConfig = Field(default_factory=HealthConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     fallback: FallbackConfig = Field(default_factory=FallbackConfig)
@@ -136,6 +143,16 @@ class RouterFile(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _one_appproxy_mode(self) -> RouterFile:
+        # A node is either a legacy wildcard worker or a ROUTER worker (seed §9.11).
+        if _enabled(self.appproxy) and _enabled(self.appproxy_router):
+            raise ValueError(
+                "appproxy.enabled and appproxy_router.enabled are both true: a node runs one AppProxy mode; "
+                "set one of them to false (see docs/appproxy.md)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _unique(self) -> RouterFile:
         seen: set[str] = set()
         for i, b in enumerate(self.backends):
@@ -148,6 +165,7 @@ class RouterFile(_Strict):
 def interpolate(value: Any, path: str = "") -> Any:
     """Replace ${VAR} from the environment; a missing variable is an error."""
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in os.environ:

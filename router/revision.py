@@ -29,12 +29,20 @@ def current_revision() -> int:
     return int(row or 0)
 
 
+def lock_revision() -> None:
+    """Serialise mirror writers of every node sharing this database: holds the
+    revision row's lock until the current transaction ends (PostgreSQL;
+    SQLite serialises writers by itself and ignores it)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("lock_revision() needs a transaction")
+    if not RoutingRevision.objects.select_for_update().filter(pk=1).exists():
+        RoutingRevision.objects.get_or_create(pk=1, defaults={"revision": 0, "reason": "created"})
+
+
 def bump_revision(reason: str) -> int:
     """Increment the revision in the current transaction; publish after commit."""
     with transaction.atomic():
-        updated = RoutingRevision.objects.filter(pk=1).update(
-            revision=F("revision") + 1, reason=reason[:200]
-        )
+        updated = RoutingRevision.objects.filter(pk=1).update(revision=F("revision") + 1, reason=reason[:200])
         if not updated:
             RoutingRevision.objects.get_or_create(pk=1, defaults={"revision": 1, "reason": reason[:200]})
         revision = current_revision()

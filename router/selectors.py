@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from . import extensions
 from .config_schema import RouterFile, interpolate
@@ -68,12 +69,17 @@ def compile_snapshot() -> Snapshot:
     cfg = routing_document()
     backends = {row.name: _spec(row) for row in Backend.objects.all()}
     # The keyring, the Host ingress table…: compiled by the apps that own them.
+    # A part may also override a field compiled from the document below
+    # (ROUTER mode forces api_keys_mode to "blocking").
     parts = {name: compile(cfg) for name, compile in extensions.snapshot_parts().items()}
+    by_model = group_by_model(backends)
+    for name in parts.get("listed", ()):
+        by_model.setdefault(name, ())
     h = cfg.health
-    return Snapshot(
+    fields: dict[str, Any] = dict(
         revision=revision,
         backends=backends,
-        by_model=group_by_model(backends),
+        by_model=by_model,
         fallback_chains={k: tuple(v) for k, v in cfg.fallback.fallback_chains.items()},
         strategy=cfg.selection_strategy,
         retry=RetryPolicy(
@@ -98,5 +104,6 @@ def compile_snapshot() -> Snapshot:
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
         created=int(time.time()),
-        **parts,
     )
+    fields.update(parts)
+    return Snapshot(**fields)

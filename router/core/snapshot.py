@@ -46,6 +46,13 @@ class Snapshot:
     rate_limit_scope: str = "node"
     keyring: Any = None  # keys.keyring.Keyring
     ingress: Any = None  # appproxy ingress table (legacy Host routing), or None
+    # Model names known without a backend (ROUTER publications with no live
+    # mapping): listed in /v1/models, and they resolve like "all replicas down"
+    # (fallback chain, else 503). They are also keys of by_model (empty groups).
+    listed: tuple[str, ...] = ()
+    # The AppProxy ROUTER worker's own facts as of the compile (readiness,
+    # /status); compiled by the appproxy app, never read by the data plane.
+    worker: Any = None
     created: int = 0  # epoch seconds, the `created` of /v1/models objects
 
     def known(self, model: str) -> bool:

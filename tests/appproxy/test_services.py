@@ -175,6 +175,7 @@ def test_model_cached_by_endpoint(openai_backends):
 def test_events_created_route_updated_removed(openai_backends):
     (a,) = openai_backends("ra", models=("ev",))
     settings = _settings()
+    WorkerState.objects.create(authority=AUTHORITY, node_id="node-1")  # registered
     raw = circuit(extra_field_from_the_future={"x": 1})
     created = decode(encode_event(CREATED, "args", authority=AUTHORITY, circuits=[raw]))
     outcome = events.apply_event(created, settings)

@@ -36,7 +36,11 @@ def _name(prefix: str) -> str:
 
 def _worker_state(node: Node) -> dict:
     cols = ["worker_id", "node_id", "status", "registered_at", "last_pull_at", "failures", "last_error"]
-    rows = node.db(f"SELECT {', '.join(cols)} FROM appproxy_workerstate WHERE authority = ?", node.authority)
+    # One row per node session: the newest is the running session's.
+    rows = node.db(
+        f"SELECT {', '.join(cols)} FROM appproxy_workerstate WHERE authority = ? ORDER BY updated_at DESC, id DESC",
+        node.authority,
+    )
     return dict(zip(cols, rows[0], strict=True)) if rows else {}
 
 

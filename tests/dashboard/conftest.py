@@ -91,7 +91,7 @@ def mirror(db, monkeypatch):
                 "selection_strategy": "least_latency",
                 "fallback": {"fallback_chains": {"chat": ["chat-small", "ghost"]}},
                 "api_keys": {"mode": "blocking"},
-                "appproxy_router": {"jwt_secret": JWT_SECRET, "token": "${COORD_TOKEN}"},
+                "appproxy": {"jwt_secret": JWT_SECRET, "api_secret": "${COORD_TOKEN}"},
             },
         },
     )

@@ -1,0 +1,199 @@
+"""The ``appproxy_router`` section: the ROUTER-mode worker (seed §9.11).
+
+Invariants:
+- The keys are the seed's (``enabled``, ``coordinator_url``, ``api_secret``,
+  ``redis_url``, ``authority``, ``hostname``, ``traffic_port``,
+  ``tls_advertised``, ``heartbeat_period``, ``reconcile_interval``,
+  ``events_enabled``) plus a few documented operational ones shared with the
+  legacy section (``api_port``, ``tls_listen``, ``event_format``, ``channel``,
+  ``request_timeout``, ``retry_backoff_max``, ``subscribe_grace``). Any other
+  key — ``wildcard_domain``, ``jwt_secret``, ``frontend_mode``… — is a hard
+  error naming it.
+- ``api_secret`` is a ``Secret`` (prints ``***``); ``${ENV}`` in it and in
+  ``redis_url`` is resolved by the router loader.
+- ``traffic_port`` 0 or absent means "the api_port".
+- Enabling both this and ``appproxy`` is refused by the router's document
+  validator (router.config_schema).
+- ``load_router_settings()`` reads the applied document (never the file),
+  re-parsed only when its digest changes, like ``config.load_settings``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from router.config_schema import ConfigError
+from router.core.secret import Secret
+from router.selectors import document_digest, routing_document
+
+from .config import Duration, SecretValue, _messages, _strip_userinfo
+from .envelope import CHANNEL, Format
+
+__all__ = [
+    "RouterSettings",
+    "load_router_settings",
+    "parse_router_section",
+    "router_enabled",
+    "validate_router_section",
+]
+
+log = logging.getLogger(__name__)
+
+MODE = "router"
+
+
+class RouterSettings(BaseModel):
+    """One validated ``appproxy_router`` section. Secrets never print."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    enabled: bool = False
+    coordinator_url: str = ""
+    api_secret: SecretValue = Secret("")
+    redis_url: str | None = None  # the event bus; None = the node's REDIS_URL
+    authority: str = ""
+    hostname: str = ""
+    traffic_port: int | None = Field(default=None, ge=0, le=65535)
+    tls_advertised: bool = False
+    heartbeat_period: Duration = 10.0
+    reconcile_interval: Duration = 15.0
+    events_enabled: bool = True
+    # Operational keys (documented in docs/appproxy.md), shared with `appproxy`.
+    api_port: int | None = Field(default=None, ge=1, le=65535)
+    tls_listen: bool = False
+    event_format: Literal["auto", "args", "payload"] = "auto"
+    channel: str = Field(default=CHANNEL, min_length=1)
+    request_timeout: Duration = 5.0
+    retry_backoff_max: Duration = 10.0
+    subscribe_grace: Duration = 30.0
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v:
+            return ""
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://coordinator:10200")
+        return v.rstrip("/")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
+            raise ValueError("must be a redis:// URL, e.g. redis://127.0.0.1:6379/4")
+        return v
+
+    @model_validator(mode="after")
+    def _required_when_enabled(self) -> RouterSettings:
+        if not self.enabled:
+            return self
+        missing = [n for n in ("coordinator_url", "api_secret", "authority", "hostname") if not getattr(self, n)]
+        if missing:
+            raise ValueError(
+                f"enabled: true needs {', '.join(missing)} (see docs/appproxy.md; secrets as ${{ENV_VAR}})"
+            )
+        return self
+
+    # -- what the shared worker code reads ---------------------------------
+    @property
+    def mode(self) -> str:
+        return MODE
+
+    @property
+    def discovery_timeout(self) -> float:  # unused: ROUTER names come from publications
+        return 2.0
+
+    def bus_url(self) -> str:
+        return self.redis_url or settings.REDIS_URL
+
+    def registration_port(self) -> int:
+        """``api_port``, else ``ROUTER_PORT``, else 80."""
+        if self.api_port:
+            return self.api_port
+        env = os.environ.get("ROUTER_PORT", "")
+        if env.isdigit() and 0 < int(env) < 65536:
+            return int(env)
+        return 80
+
+    def advertised_traffic_port(self) -> int:
+        """``traffic_port``; 0 or absent = the api_port."""
+        return self.traffic_port or self.registration_port()
+
+    def ack_format(self, received: Format) -> Format:
+        return received if self.event_format == "auto" else self.event_format
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "mode": MODE,
+            "coordinator_url": _strip_userinfo(self.coordinator_url),
+            "authority": self.authority,
+            "hostname": self.hostname,
+            "api_port": self.registration_port(),
+            "traffic_port": self.advertised_traffic_port(),
+            "tls_advertised": self.tls_advertised,
+            "heartbeat_period_s": self.heartbeat_period,
+            "reconcile_interval_s": self.reconcile_interval,
+            "events_enabled": self.events_enabled,
+            "event_format": self.event_format,
+            "channel": self.channel,
+        }
+
+
+def parse_router_section(raw: Mapping[str, Any] | None, *, prefix: str = "appproxy_router") -> RouterSettings | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{prefix or 'appproxy_router'}: must be a mapping of settings")
+    try:
+        return RouterSettings.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ValueError("; ".join(_messages(exc, prefix))) from None
+
+
+def validate_router_section(raw: Any) -> None:
+    """Hook for the router's config schema (which prefixes ``appproxy_router: ``)."""
+    try:
+        parse_router_section(raw, prefix="")
+    except ValueError as exc:
+        raise PydanticCustomError("appproxy_router_config", "{detail}", {"detail": str(exc)}) from None
+
+
+_lock = threading.Lock()
+_cache: dict[str, Any] = {"key": None, "value": None}
+
+
+def load_router_settings() -> RouterSettings | None:
+    """The ``appproxy_router`` section of the applied document, or None."""
+    key = document_digest()
+    with _lock:
+        if _cache["key"] == key:
+            return _cache["value"]
+        try:
+            value = parse_router_section(routing_document().appproxy_router)
+        except (ConfigError, ValueError) as exc:
+            if _cache["key"] is None:
+                raise ConfigError(str(exc)) from None
+            log.error("appproxy_router: config not reloaded, keeping the last good one: %s", exc)
+            _cache["key"] = key
+            return _cache["value"]
+        _cache["key"], _cache["value"] = key, value
+        return value
+
+
+def router_enabled(document: Any) -> bool:
+    """Whether a validated routing document enables the ROUTER worker (pure)."""
+    try:
+        s = parse_router_section(getattr(document, "appproxy_router", None))
+    except ValueError:
+        return False
+    return bool(s is not None and s.enabled)

@@ -1,0 +1,127 @@
+"""ROUTER reconcile as a pure function: circuits × publications → backends (seed §9.6).
+
+Exactly the seed's rule (the shipped, flattened composition):
+
+    for each inference circuit with an endpoint_id:
+        referencing = publications whose mappings name circuit.endpoint_id
+        if none: tracked, no backends                       (pending circuit)
+        models         = all names and aliases of every referencing publication
+        endpoint_ratio = max(sanitize(ratio)) over every referencing mapping
+        for each route (index i):
+            composed = endpoint_ratio × sanitize(route.traffic_ratio)
+            composed == 0 → no backend (drained)
+            weight = clamp(round_half_up(100 × composed), 1, 1000)
+            name   = appproxy-<circuit_id>-r<route_id | i>
+            kind   = vllm if runtime_variant == "vllm" else openai_compat
+            url    = http://{kernel_host | localhost}:{kernel_port}
+
+- ``sanitize``: a non-finite (NaN, ±inf — ``1e400`` parses as inf) or
+  negative ratio is 0, i.e. drained; never a traffic magnet.
+- Rounding is half away from zero (Rust's ``f64::round``): 2.5 → 3.
+- Joins are order-independent; a publication whose endpoints have no circuit
+  here is *pending* and produces nothing; its names still resolve (listed,
+  fallback, else 503) like an empty publication.
+- Every published name and alias is listed (``published``), whether or not
+  it has a backend.
+- No I/O, no clocks, no Django: deterministic, ordered by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from router.core.backend import BackendSpec
+
+from .plan import MAX_WEIGHT, MIN_WEIGHT, NAME_PREFIX, SOURCE, route_url
+from .router_wire import Publication
+from .wire import Circuit
+
+__all__ = ["RouterPlan", "composed_weight", "desired", "round_half_up", "sanitize"]
+
+
+def sanitize(ratio: object) -> float:
+    """A coordinator ratio as a finite, non-negative float (else 0 = drained)."""
+    if isinstance(ratio, bool):
+        return 0.0
+    try:
+        value = float(ratio)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    if not math.isfinite(value) or value < 0:
+        return 0.0
+    return value
+
+
+def round_half_up(x: float) -> int:
+    """Round half away from zero for x ≥ 0 (Python's round() is half-to-even)."""
+    return math.floor(x + 0.5)
+
+
+def composed_weight(endpoint_ratio: float, traffic_ratio: float) -> int | None:
+    """clamp(round_half_up(100 × composed), 1, 1000); None when drained (composed == 0)."""
+    composed = sanitize(endpoint_ratio) * sanitize(traffic_ratio)
+    if composed <= 0:
+        return None
+    scaled = 100.0 * composed
+    if not math.isfinite(scaled) or scaled >= MAX_WEIGHT:
+        return MAX_WEIGHT
+    return max(MIN_WEIGHT, min(MAX_WEIGHT, round_half_up(scaled)))
+
+
+@dataclass(frozen=True, slots=True)
+class RouterPlan:
+    backends: dict[str, BackendSpec]  # the desired appproxy-* backends, by name
+    published: tuple[str, ...]  # every name and alias, sorted
+    pending_circuits: tuple[str, ...]  # inference circuits no publication maps yet
+    pending_publications: tuple[str, ...]  # publications with no backend here yet
+    drained: tuple[str, ...]  # route backends not created because composed == 0
+
+
+def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) -> RouterPlan:
+    pubs = list(publications)
+    # endpoint → (max sanitised ratio, names of every referencing publication)
+    ratio_of: dict[str, float] = {}
+    names_of: dict[str, dict[str, None]] = {}
+    for pub in pubs:
+        for mapping in pub.mappings:
+            ep = mapping.endpoint_id
+            ratio_of[ep] = max(ratio_of.get(ep, 0.0), sanitize(mapping.ratio))
+            bucket = names_of.setdefault(ep, {})
+            for name in pub.names:
+                bucket.setdefault(name, None)
+
+    out: dict[str, BackendSpec] = {}
+    pending_circuits: list[str] = []
+    drained: list[str] = []
+    served_endpoints: set[str] = set()
+    for circuit in circuits:
+        if not circuit.is_inference or circuit.endpoint_id is None:
+            continue
+        ep = str(circuit.endpoint_id).lower()
+        if ep not in names_of:
+            pending_circuits.append(str(circuit.id))
+            continue
+        models = tuple(names_of[ep])
+        kind = "vllm" if circuit.runtime_variant == "vllm" else "openai_compat"
+        for index, route in enumerate(circuit.route_info):
+            key = str(route.route_id) if route.route_id is not None else str(index)
+            name = f"{NAME_PREFIX}{circuit.id}-r{key}"
+            weight = composed_weight(ratio_of[ep], route.traffic_ratio)
+            if weight is None:
+                drained.append(name)
+                continue
+            served_endpoints.add(ep)
+            out[name] = BackendSpec(
+                name=name, url=route_url(route), kind=kind, models=models, weight=weight, source=SOURCE
+            )
+    published = sorted({name for pub in pubs for name in pub.names})
+    pending_pubs = sorted(pub.model for pub in pubs if not any(m.endpoint_id in served_endpoints for m in pub.mappings))
+    return RouterPlan(
+        backends=dict(sorted(out.items())),
+        published=tuple(published),
+        pending_circuits=tuple(sorted(pending_circuits)),
+        pending_publications=tuple(pending_pubs),
+        drained=tuple(sorted(drained)),
+    )

@@ -1,0 +1,309 @@
+"""Writes of the ROUTER-mode mirror: pulls and router events (seed §9.4-9.9).
+
+One apply path, shared with the legacy worker (services._apply_locked):
+circuits, publications, coordinator keys and the ``appproxy-*`` backends they
+imply are written in ONE transaction under the per-authority reconcile lock
+(``services.reconcile_lock``), and the routing revision is bumped once when
+anything changed; web processes recompile on the change notice.
+
+Invariants:
+- The desired backends are ``router_plan.desired(circuits, publications)``;
+  in ROUTER mode no replica is asked for its model (names come from the
+  publications).
+- A pull fetches circuits and ``router-config`` *inside* the lock, so an
+  event applied meanwhile is never reverted by older data. It sends the last
+  applied revision as ``known_revision`` (none after a (re)registration or a
+  failed apply); 304 applies the circuits only and keeps publications and
+  keys; 200 is a full set-diff and stores the new revision.
+- Model events carry the full publication and apply directly; a key update
+  carries only the id, so it re-pulls the snapshot (a secret never rides the
+  bus); a key removal applies at once. Everything is idempotent, last writer
+  wins.
+- Operator keys are never touched (keys.coordinator only writes
+  ``source=coordinator`` rows).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coordinator_key, sync_coordinator_keys
+from router.core.backend import BackendSpec
+from router.revision import bump_revision, lock_revision
+
+from .client import NOT_MODIFIED, CoordinatorError
+from .models import Circuit, Publication, WorkerState
+from .router_plan import RouterPlan, desired
+from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
+from .router_wire import Publication as WirePublication
+from .services import ApplyResult, _apply_locked, reconcile_lock, stored_circuit
+from .wire import Circuit as WireCircuit
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "RouterApplied",
+    "apply_publication",
+    "clear_router_mirror",
+    "current_plan",
+    "publications",
+    "remove_key",
+    "remove_publication",
+    "router_circuit_desire",
+    "router_pull_and_apply",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RouterApplied:
+    result: ApplyResult | None
+    revision: str | None = None
+    not_modified: bool = False
+    changed: bool = False
+
+
+def publications(authority: str) -> list[WirePublication]:
+    """The mirrored publications of the authority, as wire objects."""
+    out = []
+    for row in Publication.objects.filter(authority=authority).order_by("model"):
+        out.append(
+            WirePublication.model_validate(
+                {
+                    "model": row.model,
+                    "aliases": row.aliases or [],
+                    "mappings": row.mappings or [],
+                    "control_mode": row.control_mode,
+                }
+            )
+        )
+    return out
+
+
+def router_circuit_desire(authority: str):
+    """The ``desire`` function services._apply_locked uses in ROUTER mode."""
+
+    def desire(circuits: Iterable[WireCircuit], _models: Mapping[str, str]) -> dict[str, BackendSpec]:
+        return desired(circuits, publications(authority)).backends
+
+    return desire
+
+
+def _coordinator_key(key: KeyRecordWire) -> CoordinatorKey:
+    expires, ok = key.expiry()
+    return CoordinatorKey(
+        key_id=key.key_id,
+        key_hash=key.token_hash,
+        allowed_models=tuple(key.allowed_models),
+        expires_at=expires,
+        expiry_ok=ok,
+        rate_limit=key.rate_limit,
+        allowed_client_ips=tuple(key.allowed_client_ips),
+        hint=key.display_hint,
+    )
+
+
+def _write_publication(authority: str, pub: WirePublication, revision: str = "") -> bool:
+    data = pub.to_json()
+    row = Publication.objects.filter(authority=authority, model=pub.model).first()
+    fields = {
+        "aliases": data["aliases"],
+        "mappings": data["mappings"],
+        "control_mode": data["control_mode"],
+    }
+    if row is None:
+        Publication.objects.create(authority=authority, model=pub.model, revision=revision, **fields)
+        return True
+    if all(getattr(row, k) == v for k, v in fields.items()):
+        return False
+    Publication.objects.filter(pk=row.pk).update(revision=revision or row.revision, **fields)
+    return True
+
+
+def _sync_publications(authority: str, snap: RouterSnapshot) -> bool:
+    changed = False
+    incoming = {p.model for p in snap.publications}
+    gone = Publication.objects.filter(authority=authority).exclude(model__in=incoming)
+    gone = gone.exclude(model__in=list(snap.skipped_models))
+    if gone.exists():
+        gone.delete()
+        changed = True
+    for pub in snap.publications:
+        changed |= _write_publication(authority, pub, snap.revision or "")
+    return changed
+
+
+def _apply_router(
+    authority: str,
+    *,
+    source: str,
+    circuits: Iterable[WireCircuit] = (),
+    full_circuits: bool = False,
+    keep: Iterable[str] = (),
+    pull_started=None,
+    node_id: str = "",
+    changed: bool = False,
+) -> ApplyResult:
+    return _apply_locked(
+        list(circuits),
+        {},
+        source=source,
+        authority=authority,
+        full=full_circuits,
+        keep=set(keep),
+        pull_started=pull_started,
+        node_id=node_id,
+        desire=router_circuit_desire(authority),
+        extra_changed=changed,
+    )
+
+
+def _fetch_snapshot(client, worker_id: str, known: str | None) -> RouterSnapshot | None:
+    raw = client.router_config(worker_id, known)
+    if raw is NOT_MODIFIED:
+        return None
+    try:
+        snap = parse_snapshot(raw)
+    except ValueError as exc:
+        raise CoordinatorError(f"GET router-config: {exc}") from None
+    for error in snap.errors:
+        log.warning("appproxy_router: snapshot entry skipped: %s", error)
+    return snap
+
+
+def _apply_snapshot(authority: str, snap: RouterSnapshot) -> bool:
+    changed = _sync_publications(authority, snap)
+    changed |= sync_coordinator_keys((_coordinator_key(k) for k in snap.keys), full=True, keep=snap.skipped_keys)
+    return changed
+
+
+def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> None:
+    rows = WorkerState.objects.filter(authority=authority, node_id=node_id)
+    if snap is None:
+        rows.update(last_pull_result="304", pulls_unchanged=F("pulls_unchanged") + 1)
+    else:
+        rows.update(revision=snap.revision or "", last_pull_result="200", pulls_full=F("pulls_full") + 1)
+
+
+def router_pull_and_apply(
+    settings, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0
+) -> RouterApplied:
+    """Circuits + router-config, applied as the full desired state (§9.4 step 3/5)."""
+    authority = settings.authority
+    started = timezone.now()
+    with reconcile_lock(authority, blocking_timeout=lock_timeout):
+        row = WorkerState.objects.filter(authority=authority, node_id=node_id).first()
+        known = (row.revision or None) if row is not None else None
+        circuits, failed, errors = client.circuits(worker_id)
+        for error in errors:
+            log.warning("appproxy_router: pulled circuit skipped: %s", error)
+        try:
+            snap = _fetch_snapshot(client, worker_id, known)
+        except CoordinatorError:
+            WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="")
+            raise
+        if snap is None and known is None:
+            raise CoordinatorError("GET router-config: 304 without a known revision")
+        try:
+            with transaction.atomic():
+                lock_revision()
+                changed = _apply_snapshot(authority, snap) if snap is not None else False
+                result = _apply_router(
+                    authority,
+                    source="pull",
+                    circuits=circuits,
+                    full_circuits=True,
+                    keep=failed,
+                    pull_started=started,
+                    node_id=node_id,
+                    changed=changed,
+                )
+                _record_pull(authority, node_id, snap)
+        except Exception:
+            # Omit known_revision next time: the state may not match it.
+            WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="")
+            raise
+    if snap is not None:
+        log.info(
+            "appproxy_router: pulled",
+            extra={
+                "revision": snap.revision,
+                "publications": len(snap.publications),
+                "keys": len(snap.keys),
+                "changed": result.changed,
+            },
+        )
+    return RouterApplied(
+        result, revision=snap.revision if snap else known, not_modified=snap is None, changed=result.changed
+    )
+
+
+def apply_publication(authority: str, pub: WirePublication, *, lock_timeout: float = 30.0) -> ApplyResult:
+    """model_updated: upsert the full publication (by primary name)."""
+    with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
+        lock_revision()
+        changed = _write_publication(authority, pub)
+        return _apply_router(authority, source="model_updated", changed=changed)
+
+
+def remove_publication(authority: str, model: str, *, lock_timeout: float = 30.0) -> ApplyResult:
+    """model_removed: the publication and all its aliases go."""
+    with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
+        lock_revision()
+        deleted, _ = Publication.objects.filter(authority=authority, model=model).delete()
+        return _apply_router(authority, source="model_removed", changed=bool(deleted))
+
+
+def remove_key(authority: str, key_id: str, *, lock_timeout: float = 30.0) -> ApplyResult:
+    """key_removed: applied at once, no lookup."""
+    with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
+        lock_revision()
+        changed = remove_coordinator_key(key_id)
+        return _apply_router(authority, source="key_removed", changed=changed)
+
+
+def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0) -> RouterApplied:
+    """key_updated: re-pull the snapshot (the hash comes over authenticated
+    REST, never the bus) and apply it; a key absent from it is removed."""
+    with reconcile_lock(authority, blocking_timeout=lock_timeout):
+        row = WorkerState.objects.filter(authority=authority, node_id=node_id).first()
+        known = (row.revision or None) if row is not None else None
+        snap = _fetch_snapshot(client, worker_id, known)
+        if snap is None:
+            if known is None:
+                raise CoordinatorError("GET router-config: 304 without a known revision")
+            return RouterApplied(None, revision=known, not_modified=True)
+        with transaction.atomic():
+            lock_revision()
+            changed = _apply_snapshot(authority, snap)
+            result = _apply_router(authority, source="key_updated", changed=changed)
+            _record_pull(authority, node_id, snap)
+    return RouterApplied(result, revision=snap.revision, changed=result.changed)
+
+
+def current_plan(authority: str) -> RouterPlan:
+    """The plan of the mirror as it is now (for /status and the dashboard)."""
+    circuits = [c for c in (stored_circuit(row) for row in Circuit.objects.all()) if c is not None]
+    return desired(circuits, publications(authority))
+
+
+def clear_router_mirror() -> bool:
+    """ROUTER mode was turned off: publications and coordinator keys go (the
+    caller clears circuits and backends with services.clear_mirror)."""
+    with transaction.atomic():
+        deleted, _ = Publication.objects.all().delete()
+        keys = clear_coordinator_keys()
+        if deleted or keys:
+            bump_revision("appproxy_router disabled")
+    return bool(deleted) or keys
+
+
+def snapshot_json(authority: str) -> dict[str, Any]:
+    """The mirrored publications as JSON (never keys' hashes)."""
+    return {"models": [p.to_json() for p in publications(authority)]}
