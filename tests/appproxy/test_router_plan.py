@@ -109,7 +109,8 @@ def test_bad_or_zero_endpoint_ratios_drain(bad):
 
 def test_1e400_parses_as_inf_and_drains():
     """Python's json turns 1e400 into inf; sanitise must not make it a magnet."""
-    raw = json.loads('{"model": "m", "mappings": [{"endpoint_id": "%s", "ratio": 1e400}]}' % EP_A)
+    text = '{"model": "m", "mappings": [{"endpoint_id": "EP", "ratio": 1e400}]}'.replace("EP", EP_A)
+    raw = json.loads(text)
     assert math.isinf(raw["mappings"][0]["ratio"])
     plan = desired([circuit(EP_A, route(8001))], [Publication.model_validate(raw)])
     assert plan.backends == {}

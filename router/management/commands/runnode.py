@@ -21,6 +21,7 @@ import secrets
 import signal
 import sys
 import time
+import uuid
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -78,6 +79,9 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+        # One coordinator node_id per node start, shared by every child (web,
+        # tasks, events) and never reused: a restarted node is a new session.
+        os.environ["APPPROXY_NODE_ID"] = str(uuid.uuid4())
         node = Supervisor(specs, cwd=settings.BASE_DIR,
                           write_state=lambda state: write_state(settings.ROUTER_NODE_STATE_FILE, state),
                           say=lambda line: self.stderr.write(line))
