@@ -4,17 +4,21 @@ Request models ignore unknown fields, like the real coordinator's. A body
 that is not JSON, or does not validate, is a 400 ``invalid-api-params`` whose
 ``data.errors`` lists pydantic's errors without URLs, context or input.
 Deployment ids are also accepted under their old name ``endpoint_id``.
+ROUTER bodies (BEP-1053): registration adds ``traffic_port`` and ``node_id``;
+publications and keys are validated here (ratio ≥ 0 and finite, token_hash
+64 lowercase hex, client IPs as IPs or CIDRs).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import orjson
 from aiohttp import web
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import invalid
 
@@ -33,7 +37,7 @@ class AppFilter(Model):
 
 class WorkerRequest(Model):
     authority: str
-    frontend_mode: Literal["wildcard", "port"]
+    frontend_mode: Literal["wildcard", "port", "router"]
     protocol: Protocol
     hostname: str
     tls_listen: bool
@@ -46,6 +50,9 @@ class WorkerRequest(Model):
     traefik_last_used_marker_path: str | None = None
     accepted_traffics: list[Literal["interactive", "inference"]]
     app_filters: list[AppFilter] = Field(default_factory=list)
+    # ROUTER only (BEP-1053): the public data-plane port and the node identity.
+    traffic_port: int | None = Field(default=None, ge=0, le=65535)
+    node_id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 class SessionTags(Model):
@@ -132,20 +139,65 @@ class TokenRequest(Model):
     exp: datetime
 
 
+# -- ROUTER (BEP-1053) -----------------------------------------------------------
+
+
+class NodeBody(Model):
+    node_id: str | None = None
+
+
+class MappingBody(Model):
+    endpoint_id: UUID
+    ratio: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+
+
+class PublicationBody(Model):
+    aliases: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    mappings: list[MappingBody] = Field(default_factory=list)
+    control_mode: Literal["manual", "strategy_managed", "strategy-managed"] = "manual"
+
+
+class KeyBody(Model):
+    token_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    allowed_models: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    expires_at: datetime | None = None
+    rate_limit: int | None = Field(default=None, ge=1)
+    allowed_client_ips: list[str] | None = None
+    display_hint: str | None = Field(default=None, max_length=64)
+
+    @field_validator("allowed_client_ips")
+    @classmethod
+    def _networks(cls, value: list[str] | None) -> list[str] | None:
+        for item in value or []:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError("each entry must be an IP address or CIDR") from None
+        return value
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
-async def parse(request: web.Request, model: type[M]) -> M:
+async def load_json(request: web.Request) -> Any:
+    """The body as JSON (an empty body is ``{}``); else 400 Malformed body."""
     raw = await request.read()
     try:
-        data = orjson.loads(raw or b"{}")
+        return orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError:
         raise invalid("Malformed body") from None
+
+
+def validate(model: type[M], data: Any) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise invalid("Input validation error", errors) from exc
+
+
+async def parse(request: web.Request, model: type[M]) -> M:
+    return validate(model, await load_json(request))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

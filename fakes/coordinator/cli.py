@@ -1,5 +1,8 @@
 """``python -m fakes.coordinator``: serve the fake in the foreground.
 
+``python -m fakes.coordinator router …`` / ``endpoint …`` instead drive a
+running fake over HTTP (``router_cli``); ``serve`` may be named explicitly.
+
 Secrets come from ``--api-secret`` / ``--jwt-secret`` or the environment
 (``APPPROXY_API_SECRET`` / ``APPPROXY_JWT_SECRET``); without both it exits
 with status 2, and it never prints them.
@@ -10,17 +13,24 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 
 from aiohttp import web
 
 from appproxy.envelope import CHANNEL
 
+from . import router_cli
 from .server import make_app
 
 log = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> None:
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if args_in and args_in[0] in ("router", "endpoint"):
+        raise SystemExit(router_cli.main(args_in))
+    if args_in and args_in[0] == "serve":
+        args_in = args_in[1:]
     parser = argparse.ArgumentParser(
         prog="python -m fakes.coordinator",
         description="A fake Backend.AI AppProxy coordinator (for tests and demos).",
@@ -40,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="never publish events (like a Traefik-mode coordinator)",
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     if not args.api_secret or not args.jwt_secret:
         parser.error("--api-secret and --jwt-secret (or APPPROXY_API_SECRET / APPPROXY_JWT_SECRET) are required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

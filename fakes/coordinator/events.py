@@ -7,7 +7,8 @@ Invariants:
 - An ack is accepted only in the configured format and only when every
   circuit in it is a complete SerializableCircuit, as the real parser
   demands; anything else is recorded in ``state.dropped``. An accepted ack
-  resolves the pending ack wait of each circuit it names.
+  resolves the pending ack wait of each circuit it names. ROUTER messages go
+  to ``router_events`` first (acks in either format).
 - The channel is subscribed, and its confirmation awaited (up to 10 s),
   before the server takes requests, so no ack published after startup is
   lost; a failed bus read is retried, never fatal.
@@ -32,6 +33,7 @@ from pydantic import AliasChoices, Field, ValidationError
 from appproxy import envelope
 from appproxy.envelope import ACK, ROUTE_UPDATED, EnvelopeError
 
+from . import router_events
 from .bodies import Model, Protocol
 from .state import CONFIG_KEY, RUNTIME_KEY, STATE_KEY, PublishedEvent, ReceivedAck, check_lost_workers
 
@@ -56,7 +58,7 @@ class StrictCircuit(Model):
     protocol: Protocol
     worker: UUID
     app_mode: Literal["interactive", "inference"]
-    frontend_mode: Literal["wildcard", "port"]
+    frontend_mode: Literal["wildcard", "port", "router"]
     envs: dict[str, Any]
     arguments: str | None
     open_to_public: bool
@@ -122,6 +124,8 @@ async def publish_route_update(app: web.Application, circuit: dict[str, Any]) ->
 
 def on_bus_message(app: web.Application, data: bytes) -> None:
     cfg, state = app[CONFIG_KEY], app[STATE_KEY]
+    if router_events.on_message(app, data):
+        return
     try:
         event = envelope.decode(data)
     except EnvelopeError as exc:

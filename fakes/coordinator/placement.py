@@ -4,8 +4,11 @@ Invariants:
 - An ``existing_url`` pins the circuit to the inference worker serving that
   host (and, on a port worker, that port), keeping its subdomain or port.
 - Otherwise only ALIVE http workers that accept inference traffic qualify; a
-  port worker also needs a free slot. Wildcard workers come first, then the
-  port worker with the most free slots; none is 503 worker-not-available.
+  port worker also needs a free slot. Wildcard and ROUTER workers (no slot
+  limit) come first, then the port worker with the most free slots; none is
+  503 worker-not-available.
+- A ROUTER circuit has neither port nor subdomain; its URL is the worker's
+  one public base URL (``hostname`` and ``traffic_port``), BEP-1053.
 - Subdomains are unique per worker (a clash gets a random suffix); a taken
   or exhausted port is 409 port-not-available.
 """
@@ -28,6 +31,10 @@ def endpoint_url(circuit: Mapping[str, Any], worker: Mapping[str, Any]) -> str:
     scheme = "https" if tls else "http"
     if circuit["frontend_mode"] == "port":
         return f"{scheme}://{worker['hostname']}:{circuit['port']}/"
+    if circuit["frontend_mode"] == "router":
+        port = worker.get("traffic_port") or worker["api_port"]
+        default = (tls and port == 443) or (not tls and port == 80)
+        return f"{scheme}://{worker['hostname']}{'' if default else f':{port}'}/"
     port = worker["wildcard_traffic_port"]
     suffix = "" if port is None or (tls and port == 443) or (not tls and port == 80) else f":{port}"
     return f"{scheme}://{circuit['subdomain']}{worker['wildcard_domain']}{suffix}/"
@@ -40,13 +47,13 @@ def pick_worker(state: CoordinatorState) -> dict[str, Any]:
         if w["status"] == "ALIVE"
         and w["protocol"] == "http"
         and "inference" in w["accepted_traffics"]
-        and (w["frontend_mode"] == "wildcard" or w["available_slots"] - w["occupied_slots"] > 0)
+        and (w["frontend_mode"] in ("wildcard", "router") or w["available_slots"] - w["occupied_slots"] > 0)
     ]
     if not candidates:
         raise worker_not_available()
-    # Wildcard workers first, then the port worker with the most free slots.
+    # Unlimited (wildcard, router) workers first, then the port worker with the most free slots.
     candidates.sort(
-        key=lambda w: (0, 0) if w["frontend_mode"] == "wildcard" else (1, -(w["available_slots"] - w["occupied_slots"]))
+        key=lambda w: (0, 0) if w["frontend_mode"] != "port" else (1, -(w["available_slots"] - w["occupied_slots"]))
     )
     return candidates[0]
 
@@ -74,6 +81,9 @@ def match_existing(state: CoordinatorState, url: str) -> tuple[dict[str, Any] | 
             and w["port_range"][0] <= parts.port <= w["port_range"][1]
         ):
             return w, {"port": parts.port}
+    for w in state.workers.values():
+        if "inference" in w["accepted_traffics"] and w["frontend_mode"] == "router" and w["hostname"] == host:
+            return w, {}
     return None, {}
 
 
@@ -87,7 +97,9 @@ def new_circuit(
     taken = state.worker_circuits(worker["id"])
     subdomain: str | None = None
     port: int | None = None
-    if worker["frontend_mode"] == "wildcard":
+    if worker["frontend_mode"] == "router":
+        pass  # no slot: neither subdomain nor port
+    elif worker["frontend_mode"] == "wildcard":
         wanted = preferred.get("subdomain") or item.service_name
         used = {c["subdomain"] for c in taken}
         subdomain = wanted

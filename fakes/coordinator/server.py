@@ -2,7 +2,7 @@
 
 Invariants:
 - ``make_app`` refuses an unknown event format and empty secrets.
-- Routes are added worker API, manager API, then test knobs; within the
+- Routes are added worker API, manager API, ROUTER API, then test knobs; within the
   manager API the plain ``bulk`` paths come before the ``{endpoint_id}``
   patterns that would also match them.
 - ``FakeCoordinator`` owns one ``CoordinatorState``: ``stop()`` then
@@ -25,9 +25,10 @@ from aiohttp import web
 
 from appproxy.envelope import CHANNEL, Format
 
-from . import manager_api, testing, worker_api
+from . import manager_api, router_api, testing, worker_api
 from .auth import errors_and_auth
 from .events import bus_ctx, publish_route_update
+from .router_state import RouterAck, RouterEvent
 from .state import (
     CONFIG_KEY,
     RUNTIME_KEY,
@@ -71,10 +72,11 @@ def make_app(
         channel=channel,
     )
     app[STATE_KEY] = state if state is not None else CoordinatorState()
-    app[RUNTIME_KEY] = {"pending": {}, "redis": None}
+    app[RUNTIME_KEY] = {"pending": {}, "redis": None, "router_waiters": []}
     app.cleanup_ctx.append(bus_ctx)
     worker_api.add_routes(app.router)
     manager_api.add_routes(app.router)
+    router_api.add_routes(app.router)
     testing.add_routes(app.router)
     return app
 
@@ -236,7 +238,24 @@ class FakeCoordinator:
         with self.state.lock:
             return [reason for reason, _ in self.state.dropped]
 
+    def router_view(self) -> dict[str, Any]:
+        """ROUTER state as ``/_test/router`` shows it (no token hashes)."""
+        with self.state.lock:
+            return copy.deepcopy(self.state.router.view())
+
+    def router_events(self, name: str | None = None) -> list[RouterEvent]:
+        with self.state.lock:
+            return [copy.copy(e) for e in self.state.router.events if name is None or e.name == name]
+
+    def router_acks(self) -> list[RouterAck]:
+        with self.state.lock:
+            return [copy.copy(a) for a in self.state.router.acks]
+
     # knobs
+    def set_router_alt_spelling(self, alt: bool = True) -> None:
+        with self.state.lock:
+            self.state.router.alt_spelling = alt
+
     def suppress_next_event(self, count: int = 1) -> None:
         with self.state.lock:
             self.state.suppress += count

@@ -8,6 +8,8 @@ Invariants:
 - Only a heartbeat (PATCH) records ``last_seen``; a worker ALIVE whose
   ``last_seen`` is older than the heartbeat timeout becomes LOST at the next
   check, and gets no new circuits until its next PATCH.
+- A ROUTER worker's liveness is per node (``router_state``): at each check
+  its expired nodes are pruned, and it is LOST only when none is left.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from appproxy.envelope import CHANNEL, Format
+
+from .router_state import RouterState
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,7 @@ class CoordinatorState:
     acks: list[ReceivedAck] = field(default_factory=list)
     dropped: list[tuple[str, bytes]] = field(default_factory=list)  # (reason, data)
     suppress: int = 0
+    router: RouterState = field(default_factory=RouterState)
 
     def worker_by_authority(self, authority: str) -> dict[str, Any] | None:
         return next((w for w in self.workers.values() if w["authority"] == authority), None)
@@ -97,7 +102,8 @@ class FakeConfig:
 
 STATE_KEY = web.AppKey("fake_coordinator.state", CoordinatorState)
 CONFIG_KEY = web.AppKey("fake_coordinator.config", FakeConfig)
-# {"pending": {circuit id: future resolved by its ack}, "redis": client or None}
+# {"pending": {circuit id: future resolved by its ack}, "redis": client or None,
+#  "router_waiters": [router_events.AckWaiter, …]}
 RUNTIME_KEY = web.AppKey("fake_coordinator.runtime", dict)
 
 
@@ -111,8 +117,26 @@ def check_lost_workers(state: CoordinatorState, timeout: float, now: float | Non
             if row is not None and row["status"] == "ALIVE" and current - seen > timeout:
                 row["status"] = "LOST"
                 lost.append(authority)
+        lost.extend(check_router_workers(state, timeout, current))
     for authority in lost:
         log.info("fake coordinator: worker %s is LOST (heartbeat timeout)", authority)
+    return lost
+
+
+def check_router_workers(state: CoordinatorState, timeout: float, now: float | None = None) -> list[str]:
+    """Prune expired ROUTER nodes; mark ALIVE ROUTER workers with none left LOST.
+
+    Call with the state lock held; returns the authorities that became LOST.
+    """
+    lost: list[str] = []
+    for row in state.workers.values():
+        if row["frontend_mode"] != "router":
+            continue
+        auth = state.router.of(row["authority"])
+        auth.prune(timeout, now)
+        if row["status"] == "ALIVE" and not auth.nodes:
+            row["status"] = "LOST"
+            lost.append(row["authority"])
     return lost
 
 
@@ -142,4 +166,5 @@ def snapshot(state: CoordinatorState) -> dict[str, Any]:
             ],
             "dropped": [reason for reason, _ in state.dropped],
             "suppress": state.suppress,
+            "router": state.router.view(),
         }

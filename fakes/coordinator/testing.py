@@ -6,7 +6,13 @@
   (by circuit or endpoint id) without an event, unless ``emit`` asks for a
   ``route_updated``.
 - ``POST /_test/suppress``: suppress the next ``count`` events (recorded,
-  never sent; a suppressed ``created`` is not waited for).
+  never sent; a suppressed ``created`` or ROUTER event is not waited for).
+- ``GET /_test/router``: ROUTER state per authority (revision, models, keys
+  without hashes, live nodes), router-config 200/304 counts per worker id,
+  ROUTER events and acks, and the spelling knob.
+- ``POST /_test/router-spelling`` ``{"alt": true}``: serve router-config in
+  the tolerated spellings (kebab-case, ``publications``, ``api-keys``,
+  numeric revision); ``{"alt": false}`` restores snake_case.
 
 They sit behind the same auth as the real API.
 """
@@ -54,6 +60,10 @@ class SuppressKnob(Model):
     count: int = 1
 
 
+class SpellingKnob(Model):
+    alt: bool = True
+
+
 async def knob_state(request: web.Request) -> web.Response:
     return json_response(snapshot(request.app[STATE_KEY]))
 
@@ -77,7 +87,23 @@ async def knob_suppress(request: web.Request) -> web.Response:
         return json_response({"suppress": state.suppress})
 
 
+async def knob_router(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    with state.lock:
+        return json_response(state.router.view())
+
+
+async def knob_router_spelling(request: web.Request) -> web.Response:
+    params = await parse(request, SpellingKnob)
+    state = request.app[STATE_KEY]
+    with state.lock:
+        state.router.alt_spelling = params.alt
+    return json_response({"alt": params.alt})
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/_test/state", knob_state)
     router.add_post("/_test/traffic-ratio", knob_ratio)
     router.add_post("/_test/suppress", knob_suppress)
+    router.add_get("/_test/router", knob_router)
+    router.add_post("/_test/router-spelling", knob_router_spelling)
