@@ -125,6 +125,7 @@ def _live(authority: str, node_id: str) -> dict[str, Any]:
             "publications": Publication.objects.filter(authority=authority).count(),
             "coordinator_keys": coordinator_key_count(),
             "backends": len(plan.backends),
+            "backend_weights": {name: spec.weight for name, spec in plan.backends.items()},
             "published_names": list(plan.published),
             "pending_circuits": list(plan.pending_circuits),
             "pending_publications": list(plan.pending_publications),

@@ -276,7 +276,9 @@ class WorkerInfo(BaseModel):
     accepted_traffics: tuple[str, ...] = ()
     available_slots: int | None = None
     occupied_slots: int | None = None
-    nodes: int | None = None
+    # A count (stock coordinators) or, for a ROUTER worker, the live node
+    # sessions [{node_id, last_seen}] (BEP-1053).
+    nodes: int | list[Any] | None = None
     slots: tuple[SlotInfo, ...] = ()
     created_at: datetime | None = None
     updated_at: datetime | None = None

@@ -1,0 +1,213 @@
+"""A whole ROUTER-mode worker node for e2e tests: web + tasks + events, real,
+registered with the fake coordinator's BEP-1053 side, and the Manager's
+``/v2/routers`` API to drive it.
+
+Each ``RouterNode.start()`` is a node start: a fresh ``APPPROXY_NODE_ID`` in
+the environment of all three processes (what ``manage.py runnode`` does).
+Every wait polls a condition with a generous deadline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any
+
+import httpx
+
+from fakes.coordinator import FakeCoordinator
+from tests.support.routerproc import PY, RouterProc, free_port
+
+from .support import API_SECRET, REDIS_URL, Child, kernel
+
+__all__ = ["RouterManager", "RouterNode", "new_key", "router_yaml"]
+
+
+def router_yaml(
+    *,
+    coordinator_url: str,
+    channel: str,
+    authority: str,
+    port: int,
+    heartbeat: str = "1s",
+    reconcile: str = "2s",
+    events: bool = True,
+    backends: str = "",
+    fallback: str = "",
+) -> str:
+    return f"""
+backends:
+{backends or "  []"}
+health: {{enabled: false}}
+retry: {{max_attempts: 2, backoff: 0}}
+fallback:
+  fallback_chains: {{{fallback}}}
+appproxy_router:
+  enabled: true
+  coordinator_url: "{coordinator_url}"
+  api_secret: "${{APPPROXY_API_SECRET}}"
+  redis_url: "{REDIS_URL}"
+  authority: "{authority}"
+  hostname: "127.0.0.1"
+  traffic_port: 0
+  api_port: {port}
+  tls_advertised: false
+  heartbeat_period: "{heartbeat}"
+  reconcile_interval: "{reconcile}"
+  events_enabled: {"true" if events else "false"}
+  channel: "{channel}"
+  retry_backoff_max: "1s"
+  subscribe_grace: "20s"
+"""
+
+
+class RouterNode:
+    """web + tasks + events of one ROUTER node (its own SQLite and Redis namespace)."""
+
+    def __init__(self, fc: FakeCoordinator, authority: str, **yaml: Any) -> None:
+        self.fc = fc
+        self.authority = authority
+        self.port = free_port()
+        self.config = router_yaml(
+            coordinator_url=fc.url, channel=fc.channel, authority=authority, port=self.port, **yaml
+        )
+        self.web = RouterProc(
+            self.config,
+            port=self.port,
+            env={"APPPROXY_API_SECRET": API_SECRET, "ROUTER_PORT": str(self.port), "ROUTER_LOG_LEVEL": "INFO"},
+        )
+        self.node_id = ""
+        d = self.web.dir
+        self.tasks = Child(
+            "tasks",
+            [
+                PY, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "threads", "--concurrency", "4",
+                "--loglevel", "INFO", "--without-mingle", "--without-gossip", "--without-heartbeat",
+                "-n", f"{uuid.uuid4().hex[:8]}@%h", "--schedule", str(d / "celerybeat-schedule"),
+            ],
+            self.web.env,
+            d / "tasks.log",
+        )  # fmt: skip
+        self.events = Child("events", [PY, "manage.py", "runworker", "appproxy"], self.web.env, d / "events.log")
+
+    def start(self, timeout: float = 90.0) -> RouterNode:
+        self.node_id = str(uuid.uuid4())  # a node start: a new session id for every process
+        self.web.env["APPPROXY_NODE_ID"] = self.node_id
+        for child in (self.tasks, self.events):
+            child.env = self.web.env
+        self.events.start()
+        self.tasks.start()
+        self.web.start(timeout)
+        return self
+
+    def stop(self) -> None:
+        for child in (self.tasks, self.events):
+            child.stop()
+        self.web.stop()
+
+    def logs(self) -> str:
+        return "\n".join([self.web.logs(), self.tasks.logs(), self.events.logs()])
+
+    @property
+    def url(self) -> str:
+        return self.web.url
+
+    def readyz(self) -> httpx.Response:
+        return httpx.get(self.url + "/readyz", timeout=5)
+
+    def status(self) -> dict[str, Any]:
+        return self.web.status(timeout=10)
+
+    def chat(self, model: str, key: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.post(
+            self.url + "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+            headers=headers,
+            timeout=30,
+        )
+
+    def models(self, key: str | None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.get(self.url + "/v1/models", headers=headers, timeout=30)
+
+
+def new_key() -> tuple[str, str]:
+    """(plaintext, sha256 hex) of a fresh key (the Manager's side)."""
+    plain = "sk-" + secrets.token_urlsafe(32)
+    return plain, hashlib.sha256(plain.encode()).hexdigest()
+
+
+class RouterManager:
+    """The Backend.AI Manager's ``/v2/routers`` and ``/v2/endpoints`` calls."""
+
+    def __init__(self, fc: FakeCoordinator, authority: str) -> None:
+        self.fc = fc
+        self.authority = authority
+        self.http = httpx.Client(base_url=fc.url, headers=fc.headers, timeout=60)
+
+    # endpoints (circuits placed on the ROUTER worker)
+    def endpoint(self, name: str, *servers: Any, variant: str | None = "vllm") -> str:
+        endpoint_id = str(uuid.uuid4())
+        item = {
+            "deployment_id": endpoint_id,
+            "service_name": name,
+            "tags": {
+                "session": {"user_uuid": str(uuid.uuid4()), "project_id": str(uuid.uuid4()), "domain_name": "default"},
+                "endpoint": {"id": endpoint_id, "runtime_variant": variant},
+            },
+            "open_to_public": True,
+        }
+        created = self.http.post("/v2/endpoints/bulk", json={"endpoints": [item]})
+        assert created.status_code == 200, created.text
+        if servers:
+            self.routes(endpoint_id, *servers)
+        return endpoint_id
+
+    def routes(self, endpoint_id: str, *servers: Any) -> list[dict[str, Any]]:
+        routes = []
+        for server in servers:
+            host, port = kernel(server)
+            routes.append(
+                {"session_id": str(uuid.uuid4()), "route_id": str(uuid.uuid4()), "kernel_host": host, "kernel_port": port}
+            )
+        response = self.http.post(
+            "/v2/endpoints/bulk/routes", json={"endpoints": [{"deployment_id": endpoint_id, "routes": routes}]}
+        )
+        assert response.status_code == 200, response.text
+        return routes
+
+    # publications and keys
+    def publish(self, model: str, mappings: dict[str, float], *, aliases: tuple[str, ...] = ()) -> dict[str, Any]:
+        body = {
+            "aliases": list(aliases),
+            "mappings": [{"endpoint_id": e, "ratio": r} for e, r in mappings.items()],
+            "control_mode": "manual",
+        }
+        response = self.http.put(f"/v2/routers/{self.authority}/models/{model}", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def unpublish(self, model: str) -> dict[str, Any]:
+        response = self.http.delete(f"/v2/routers/{self.authority}/models/{model}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def put_key(self, key_id: str, token_hash: str, **fields: Any) -> dict[str, Any]:
+        response = self.http.put(
+            f"/v2/routers/{self.authority}/api-keys/{key_id}", json={"token_hash": token_hash, **fields}
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def delete_key(self, key_id: str, *, strict: bool = False) -> dict[str, Any]:
+        params = {"strict": "true"} if strict else None
+        response = self.http.delete(f"/v2/routers/{self.authority}/api-keys/{key_id}", params=params)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def router_state(self) -> dict[str, Any]:
+        response = self.http.get("/_test/router")
+        assert response.status_code == 200, response.text
+        return response.json()

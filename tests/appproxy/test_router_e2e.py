@@ -1,0 +1,211 @@
+"""ROUTER mode end to end (seed §9, issue 9 acceptance): two real nodes (each
+its own web, tasks and events processes, SQLite and Redis namespace) under
+one authority of the fake coordinator's BEP-1053 side, fake OpenAI replicas
+on loopback, and the official ``openai`` SDK as the client.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import openai
+import pytest
+
+from .router_support import RouterManager, RouterNode, new_key
+from .support import coordinator, eventually
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+
+@pytest.fixture(scope="module")
+def replicas():
+    from fakes import openai_backend
+
+    names = ("rt-a1", "rt-a2", "rt-b1", "rt-c1")
+    servers = {name: openai_backend.server_thread(name, ["served"]).start() for name in names}
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(replicas):
+    fc = coordinator(ack_timeout=5.0)
+    fc.start()
+    authority = f"router-{uuid.uuid4().hex[:8]}"
+    nodes = [RouterNode(fc, authority), RouterNode(fc, authority)]
+    try:
+        for node in nodes:
+            node.start()
+        yield fc, RouterManager(fc, authority), nodes
+    finally:
+        for node in nodes:
+            node.stop()
+        fc.stop()
+
+
+def sdk(node: RouterNode, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=node.url + "/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def backend_of(node: RouterNode, model: str, key: str) -> str | None:
+    raw = sdk(node, key).chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "hi"}]
+    )
+    return raw.headers.get("x-backend-name")
+
+
+def test_nodes_register_under_one_authority_with_distinct_node_ids(cluster):
+    fc, manager, nodes = cluster
+    auth = manager.router_state()["authorities"][manager.authority]
+    live = {n["node_id"] for n in auth["nodes"]}
+    assert {nodes[0].node_id, nodes[1].node_id} <= live
+    assert nodes[0].node_id != nodes[1].node_id
+    ids = {node.status()["appproxy_router"]["worker_id"] for node in nodes}
+    assert len(ids) == 1  # one worker id shared by every node of the authority
+    for node in nodes:
+        section = node.status()["appproxy_router"]
+        assert section["node_id"] == node.node_id and section["registered"] and section["first_pull_applied"]
+
+
+def test_weights_compose_and_keys_gate_models(cluster, replicas):
+    fc, manager, nodes = cluster
+    ep_a = manager.endpoint("ep-a", replicas["rt-a1"], replicas["rt-a2"])
+    ep_b = manager.endpoint("ep-b", replicas["rt-b1"])
+    # The second replica of A takes traffic_ratio 0.5 (seen by the next pull).
+    a_routes = fc.circuit_for_endpoint(ep_a)["route_info"]
+    second = next(r for r in a_routes if r["kernel_port"] == int(replicas["rt-a2"].url.rsplit(":", 1)[1]))
+    fc.set_traffic_ratio(ep_a, second["route_id"], 0.5)
+    manager.publish("llama-4-chat", {ep_a: 0.7, ep_b: 0.3}, aliases=("llama-4",))
+    ep_c = manager.endpoint("ep-c", replicas["rt-c1"])
+    manager.publish("other-model", {ep_c: 1.0})
+    open_plain, open_hash = new_key()
+    narrow_plain, narrow_hash = new_key()
+    manager.put_key("k-open", open_hash)
+    manager.put_key("k-narrow", narrow_hash, allowed_models=["llama-4"])  # the alias only
+
+    for node in nodes:
+        eventually(lambda n=node: _weights(n) == [30, 35, 70, 100], 30, "composed weights")
+
+    expected = {"rt-a1": 70 / 135, "rt-a2": 35 / 135, "rt-b1": 30 / 135}
+    for node in nodes:
+        for model in ("llama-4-chat", "llama-4"):
+            seen = Counter(backend_of(node, model, open_plain) for _ in range(300))
+            assert set(seen) == set(expected), seen
+            for name, share in expected.items():
+                assert abs(seen[name] / 300 - share) < 0.05, (model, seen)
+
+        # /v1/models = allowed ∩ published, names and aliases gated independently.
+        listed = {m.id for m in sdk(node, open_plain).models.list()}
+        assert listed >= {"llama-4-chat", "llama-4", "other-model"}
+        assert {m.id for m in sdk(node, narrow_plain).models.list()} == {"llama-4"}
+        assert backend_of(node, "llama-4", narrow_plain) in expected
+        with pytest.raises(openai.PermissionDeniedError):
+            sdk(node, narrow_plain).chat.completions.create(
+                model="llama-4-chat", messages=[{"role": "user", "content": "hi"}]
+            )
+        with pytest.raises(openai.NotFoundError) as missing:
+            sdk(node, open_plain).chat.completions.create(
+                model="never-published", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert missing.value.code == "model_not_found"
+        with pytest.raises(openai.AuthenticationError):
+            sdk(node, "sk-unknown").models.list()
+
+
+def _weights(node: RouterNode) -> list[int]:
+    return sorted((node.status()["appproxy_router"].get("backend_weights") or {}).values())
+
+
+def test_rate_limit_ip_list_and_expiry(cluster):
+    fc, manager, nodes = cluster
+    node = nodes[0]
+    rl_plain, rl_hash = new_key()
+    ip_plain, ip_hash = new_key()
+    old_plain, old_hash = new_key()
+    manager.put_key("k-rate", rl_hash, rate_limit=2)
+    manager.put_key("k-ip", ip_hash, allowed_client_ips=["10.0.0.0/8"])
+    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
+    manager.put_key("k-old", old_hash, expires_at=past)
+    eventually(lambda: node.models(rl_plain).status_code == 200, 15, "key applied")
+    statuses = [node.models(rl_plain).status_code for _ in range(3)]
+    assert 429 in statuses
+    limited = node.models(rl_plain)
+    assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+    assert node.models(ip_plain).status_code == 403
+    eventually(lambda: node.models(old_plain).status_code == 401, 15, "expired key refused")
+    assert node.models(old_plain).json()["error"]["code"] == "expired_api_key"
+
+
+def test_revocation_reaches_both_nodes_and_strict_delete(cluster):
+    fc, manager, nodes = cluster
+    plain, digest = new_key()
+    manager.put_key("k-revoke", digest)
+    for node in nodes:
+        eventually(lambda n=node: n.models(plain).status_code == 200, 15, "key live")
+    started = time.monotonic()
+    answer = manager.delete_key("k-revoke", strict=True)
+    assert answer["success"] and answer.get("unconfirmed_nodes") == []
+    for node in nodes:
+        eventually(lambda n=node: n.models(plain).status_code == 401, 1.0 + 5, "revoked")
+    assert time.monotonic() - started < 6
+
+
+def test_strict_delete_names_a_stopped_node(cluster):
+    fc, manager, nodes = cluster
+    plain, digest = new_key()
+    manager.put_key("k-strict", digest)
+    nodes[1].events.stop()  # alive (heartbeats) but deaf: it cannot ack
+    try:
+        answer = manager.delete_key("k-strict", strict=True)
+        assert answer.get("unconfirmed_nodes") == [nodes[1].node_id]
+        assert nodes[0].models(plain).status_code == 401
+        # …and the deaf node converges by its periodic pull.
+        eventually(lambda: nodes[1].models(plain).status_code == 401, 15, "pull heals")
+    finally:
+        nodes[1].events.start()
+
+
+def test_steady_state_pulls_are_304(cluster):
+    fc, manager, nodes = cluster
+    def pulls_304() -> int:
+        return sum(c["304"] for c in manager.router_state()["pulls"].values())
+
+    counted = pulls_304()
+
+    def unchanged(node: RouterNode) -> int:
+        return int(node.status()["appproxy_router"].get("pulls_unchanged") or 0)
+
+    before = [unchanged(n) for n in nodes]
+    for i, node in enumerate(nodes):
+        eventually(lambda n=node, b=before[i]: unchanged(n) >= b + 2, 30, "304 pulls")
+    assert pulls_304() >= counted + 4  # the coordinator counted them too
+
+
+def test_empty_publication_is_listed_and_503_without_fallback(cluster):
+    fc, manager, nodes = cluster
+    plain, digest = new_key()
+    manager.put_key("k-empty", digest)
+    manager.publish("empty-model", {})
+    node = nodes[0]
+    eventually(lambda: "empty-model" in {m["id"] for m in node.models(plain).json()["data"]}, 15, "listed")
+    response = node.chat("empty-model", plain)
+    assert response.status_code == 503, response.text
+    manager.unpublish("empty-model")
+    eventually(lambda: node.chat("empty-model", plain).status_code == 404, 15, "unpublished")
+
+
+def test_a_restarted_node_gets_a_new_node_id_and_catches_up(cluster):
+    fc, manager, nodes = cluster
+    node = nodes[1]
+    old = node.node_id
+    plain, digest = new_key()
+    node.stop()
+    manager.put_key("k-after-restart", digest)  # published while the node is down
+    node.start()
+    assert node.node_id != old
+    assert node.status()["appproxy_router"]["node_id"] == node.node_id
+    eventually(lambda: node.models(plain).status_code == 200, 30, "caught up from the first pull")
