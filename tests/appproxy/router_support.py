@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import subprocess
 import uuid
 from typing import Any
 
 import httpx
 
 from fakes.coordinator import FakeCoordinator
-from tests.support.routerproc import PY, RouterProc, free_port
+from tests.support.routerproc import PY, ROOT, RouterProc, free_port, wait_until
 
 from .support import API_SECRET, REDIS_URL, Child, kernel
 
@@ -65,7 +66,7 @@ appproxy_router:
 class RouterNode:
     """web + tasks + events of one ROUTER node (its own SQLite and Redis namespace)."""
 
-    def __init__(self, fc: FakeCoordinator, authority: str, **yaml: Any) -> None:
+    def __init__(self, fc: FakeCoordinator, authority: str, *, env: dict[str, str] | None = None, **yaml: Any) -> None:
         self.fc = fc
         self.authority = authority
         self.port = free_port()
@@ -75,7 +76,12 @@ class RouterNode:
         self.web = RouterProc(
             self.config,
             port=self.port,
-            env={"APPPROXY_API_SECRET": API_SECRET, "ROUTER_PORT": str(self.port), "ROUTER_LOG_LEVEL": "INFO"},
+            env={
+                "APPPROXY_API_SECRET": API_SECRET,
+                "ROUTER_PORT": str(self.port),
+                "ROUTER_LOG_LEVEL": "INFO",
+                **(env or {}),
+            },
         )
         self.node_id = ""
         d = self.web.dir
@@ -91,15 +97,31 @@ class RouterNode:
         )  # fmt: skip
         self.events = Child("events", [PY, "manage.py", "runworker", "appproxy"], self.web.env, d / "events.log")
 
-    def start(self, timeout: float = 90.0) -> RouterNode:
+    def start(self, timeout: float = 90.0, *, wait_ready: bool = True) -> RouterNode:
         self.node_id = str(uuid.uuid4())  # a node start: a new session id for every process
         self.web.env["APPPROXY_NODE_ID"] = self.node_id
         for child in (self.tasks, self.events):
             child.env = self.web.env
         self.events.start()
         self.tasks.start()
-        self.web.start(timeout)
+        if wait_ready:
+            self.web.start(timeout)
+        else:
+            self.start_web_unready(timeout)
         return self
+
+    def start_web_unready(self, timeout: float = 90.0) -> None:
+        """The web process alone, waited for /livez only (not /readyz)."""
+        cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(self.port), "--log-level", "warning"]
+        self.web.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=self.web.env,
+            stdout=self.web.log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(lambda: httpx.get(self.url + "/livez", timeout=2).status_code == 200, timeout, what="livez")
 
     def stop(self) -> None:
         for child in (self.tasks, self.events):
@@ -170,7 +192,12 @@ class RouterManager:
         for server in servers:
             host, port = kernel(server)
             routes.append(
-                {"session_id": str(uuid.uuid4()), "route_id": str(uuid.uuid4()), "kernel_host": host, "kernel_port": port}
+                {
+                    "session_id": str(uuid.uuid4()),
+                    "route_id": str(uuid.uuid4()),
+                    "kernel_host": host,
+                    "kernel_port": port,
+                }
             )
         response = self.http.post(
             "/v2/endpoints/bulk/routes", json={"endpoints": [{"deployment_id": endpoint_id, "routes": routes}]}

@@ -17,7 +17,6 @@ import pytest
 from .router_support import RouterManager, RouterNode, new_key
 from .support import coordinator, eventually
 
-pytestmark = pytest.mark.django_db(transaction=False)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +58,7 @@ def backend_of(node: RouterNode, model: str, key: str) -> str | None:
 
 
 def test_nodes_register_under_one_authority_with_distinct_node_ids(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
     auth = manager.router_state()["authorities"][manager.authority]
     live = {n["node_id"] for n in auth["nodes"]}
     assert {nodes[0].node_id, nodes[1].node_id} <= live
@@ -121,7 +120,7 @@ def _weights(node: RouterNode) -> list[int]:
 
 
 def test_rate_limit_ip_list_and_expiry(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
     node = nodes[0]
     rl_plain, rl_hash = new_key()
     ip_plain, ip_hash = new_key()
@@ -141,7 +140,7 @@ def test_rate_limit_ip_list_and_expiry(cluster):
 
 
 def test_revocation_reaches_both_nodes_and_strict_delete(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
     plain, digest = new_key()
     manager.put_key("k-revoke", digest)
     for node in nodes:
@@ -155,7 +154,7 @@ def test_revocation_reaches_both_nodes_and_strict_delete(cluster):
 
 
 def test_strict_delete_names_a_stopped_node(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
     plain, digest = new_key()
     manager.put_key("k-strict", digest)
     nodes[1].events.stop()  # alive (heartbeats) but deaf: it cannot ack
@@ -170,7 +169,8 @@ def test_strict_delete_names_a_stopped_node(cluster):
 
 
 def test_steady_state_pulls_are_304(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
+
     def pulls_304() -> int:
         return sum(c["304"] for c in manager.router_state()["pulls"].values())
 
@@ -186,7 +186,7 @@ def test_steady_state_pulls_are_304(cluster):
 
 
 def test_empty_publication_is_listed_and_503_without_fallback(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
     plain, digest = new_key()
     manager.put_key("k-empty", digest)
     manager.publish("empty-model", {})
@@ -199,7 +199,7 @@ def test_empty_publication_is_listed_and_503_without_fallback(cluster):
 
 
 def test_a_restarted_node_gets_a_new_node_id_and_catches_up(cluster):
-    fc, manager, nodes = cluster
+    _fc, manager, nodes = cluster
     node = nodes[1]
     old = node.node_id
     plain, digest = new_key()
