@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from appproxy import router_status
 from appproxy.config import validate_section
+from appproxy.router_config import validate_router_section
 from appproxy.selectors import compile_ingress
 from appproxy.status import readiness, worker_status
 from keys.gate import KeyGate, gate_for
@@ -17,14 +19,20 @@ from router.core.snapshot import Snapshot
 
 
 def test_the_installed_apps_register_their_parts():
-    """keys brings the gate and the keyring; appproxy its section, ingress and status."""
+    """keys brings the gate and the keyring; appproxy its two sections (legacy
+    and ROUTER), ingress, the ROUTER parts, readiness and status."""
     assert extensions.gate_factory() is gate_for
-    assert list(extensions.snapshot_parts()) == ["ingress", "keyring"]  # INSTALLED_APPS order
+    # INSTALLED_APPS order: appproxy before keys.
+    assert list(extensions.snapshot_parts()) == ["ingress", "api_keys_mode", "listed", "worker", "keyring"]
     assert extensions.snapshot_parts()["ingress"] is compile_ingress
+    assert extensions.snapshot_parts()["api_keys_mode"] is router_status.compile_mode
     assert extensions.section_validator("appproxy") is validate_section
-    assert extensions.section_validator("appproxy_router") is None
-    assert list(extensions.readiness_checks()) == [readiness]
-    assert dict(extensions.status_sections()) == {"appproxy": worker_status}
+    assert extensions.section_validator("appproxy_router") is validate_router_section
+    assert list(extensions.readiness_checks()) == [readiness, router_status.readiness]
+    assert dict(extensions.status_sections()) == {
+        "appproxy": worker_status,
+        "appproxy_router": router_status.router_status,
+    }
 
 
 def test_a_snapshot_part_must_name_a_snapshot_field():
