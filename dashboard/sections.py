@@ -91,7 +91,7 @@ PAGES: tuple[Page, ...] = (
     Page("keys", "Keys", ("keys",)),
     Page("requests", "Requests", ("recent",)),
     Page("events", "Events", ("events",), needs="EventRecord"),
-    Page("publications", "Publications", ("router", "publications"), needs="Publication"),
+    Page("publications", "Publications", ("publications", "router"), needs="Publication"),
 )
 
 

@@ -353,7 +353,7 @@ def test_a_full_pull_is_shown_as_200(staff, populated):
 # -- live.json ---------------------------------------------------------------------
 def test_live_json_serves_the_router_sections(staff, populated):
     body = orjson.loads(staff.get("/dashboard/live.json?sections=router,publications").content)
-    assert list(body["sections"]) == ["router", "publications"]
+    assert list(body["sections"]) == ["router", "publications"]  # the order asked for
     assert body["sections"]["router"]["data"]["worker"]["revision"] == "r-42"
     assert [p["model"] for p in body["sections"]["publications"]["data"]["items"]] == [
         "empty-model",
@@ -445,3 +445,23 @@ def test_no_page_or_json_shows_a_token_hash_or_the_api_secret(superuser, populat
                 assert secret not in body, f"{what} appears on {url}"
         # The router sections were really rendered (enabled, populated).
         assert "llama-4-chat" in superuser.get("/dashboard/publications/").content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_status_and_metrics_with_live_facts_show_no_token_hash(superuser, populated, live_runtime):
+    """/status and /metrics read the DB in a worker thread (they run in the
+    event loop): committed rows here, so their facts are real."""
+    from appproxy import router_metrics, router_status
+
+    live_runtime()  # /status reports the snapshot a serving process holds
+    router_status._cache.update(at=0.0, key=None, value=None)
+    router_metrics.record_event("appproxy_router_key_updated_event", True, 0.04, 0.055)
+    status = superuser.get("/status")
+    assert status.status_code == 200
+    section = orjson.loads(status.content)["appproxy_router"]
+    assert section["enabled"] is True and section["coordinator_keys"] == 1, section
+    metrics = superuser.get("/metrics").content.decode()
+    assert 'appproxy_router_events_total{event="key_updated",result="ok"} 1.0' in metrics
+    assert 'appproxy_router_revision_info{revision="r-42"} 1.0' in metrics
+    for body in (status.content.decode(), metrics):
+        assert KNOWN_HASH not in body and API_SECRET not in body
