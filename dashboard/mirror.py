@@ -209,6 +209,7 @@ def router_reading() -> dict[str, Any] | None:
     try:
         from appproxy import node
         from appproxy.router_config import load_router_settings
+        from appproxy.router_plan import RouterPlan
         from appproxy.router_services import current_plan
     except ImportError:
         return None
@@ -218,11 +219,12 @@ def router_reading() -> dict[str, Any] | None:
         return {"enabled": False, "error": f"{type(exc).__name__}: {exc}"}
     if s is None or not s.enabled:
         return {"enabled": False, "error": None}
+    plan_error = None
     try:
         plan = current_plan(s.authority)
-    except DatabaseError:
-        return None
-    return {"enabled": True, "settings": s, "node_id": node.current(), "plan": plan}
+    except Exception as exc:  # e.g. a mirrored row that no longer parses: report it
+        plan, plan_error = RouterPlan({}, (), (), (), ()), f"{type(exc).__name__}: {exc}"
+    return {"enabled": True, "settings": s, "node_id": node.current(), "plan": plan, "plan_error": plan_error}
 
 
 def publication_row(p: Any, plan: Any, here: set[str]) -> dict[str, Any]:
@@ -288,6 +290,7 @@ def publications_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         "enabled": True,
         "authority": s.authority,
+        "plan_error": reading.get("plan_error"),
         "items": [publication_row(p, plan, here) for p in pubs],
         "published": list(plan.published),
         "pending_circuits": pending_circuits,

@@ -465,3 +465,18 @@ def test_status_and_metrics_with_live_facts_show_no_token_hash(superuser, popula
     assert 'appproxy_router_revision_info{revision="r-42"} 1.0' in metrics
     for body in (status.content.decode(), metrics):
         assert KNOWN_HASH not in body and API_SECRET not in body
+
+
+def test_a_plan_that_cannot_be_computed_is_reported_not_raised(staff, populated, monkeypatch):
+    from appproxy import router_services
+
+    def broken(authority):
+        raise ValueError("mirrored publication does not parse")
+
+    monkeypatch.setattr(router_services, "current_plan", broken)
+    resp = staff.get("/dashboard/publications/")
+    assert resp.status_code == 200
+    data = resp.context["sections"]["publications"]["data"]
+    assert data["enabled"] is True and "does not parse" in data["plan_error"]
+    assert [p["backends"] for p in data["items"]] == [[], [], []]
+    assert "could not be computed" in resp.content.decode()
