@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import Circuit, EventRecord, Route, WorkerState
+from .models import Circuit, EventRecord, Publication, Route, WorkerState
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -59,14 +59,42 @@ class RouteAdmin(ReadOnlyAdmin):
 class WorkerStateAdmin(ReadOnlyAdmin):
     list_display = (
         "authority",
+        "node_id",
+        "mode",
         "worker_id",
         "status",
         "first_pull_applied",
         "last_heartbeat_at",
         "last_pull_at",
+        "last_pull_result",
+        "revision",
+        "pulls_full",
+        "pulls_unchanged",
         "circuits",
         "last_error",
     )
+    list_filter = ("mode", "status")
+    search_fields = ("authority", "node_id", "worker_id")
+
+
+@admin.register(Publication)
+class PublicationAdmin(ReadOnlyAdmin):
+    """ROUTER-mode publications (the coordinator owns them; no secret)."""
+
+    list_display = ("model", "authority", "alias_list", "mapping_list", "control_mode", "revision", "updated_at")
+    list_filter = ("authority", "control_mode")
+    search_fields = ("model", "aliases", "revision")
+
+    @admin.display(description="aliases")
+    def alias_list(self, obj: Publication) -> str:
+        return ", ".join(str(a) for a in obj.aliases or []) or "-"
+
+    @admin.display(description="mappings (endpoint · ratio)")
+    def mapping_list(self, obj: Publication) -> str:
+        parts = [
+            f"{m.get('endpoint_id', '')} · {m.get('ratio', '')}" for m in obj.mappings or [] if isinstance(m, dict)
+        ]
+        return "; ".join(parts) or "-"
 
 
 @admin.register(EventRecord)

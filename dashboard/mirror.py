@@ -20,6 +20,9 @@ from django.apps import apps
 from django.db import DatabaseError
 from django.utils import timezone
 
+from keys.coordinator import coordinator_key_count
+from router.core.backend import masked_url
+
 from .selectors import iso
 
 LIMIT = 100
@@ -34,7 +37,7 @@ def model(name: str):
 
 
 def available() -> dict[str, bool]:
-    return {name: model(name) is not None for name in ("WorkerState", "Circuit", "EventRecord")}
+    return {name: model(name) is not None for name in ("WorkerState", "Circuit", "EventRecord", "Publication")}
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -182,3 +185,188 @@ def event_rows(limit: int = LIMIT) -> list[dict[str, Any]] | None:
         return [event_row(e) for e in _newest(cls, limit)]
     except DatabaseError:
         return None
+
+
+# -- ROUTER mode (seed §9): publications and the router worker -------------------
+ROUTER_EVENT_PREFIX = "appproxy_router_"
+ROUTER_EVENTS_SHOWN = 20
+HOW_TO_ENABLE = (
+    "Set appproxy_router.enabled: true in the router YAML, with coordinator_url, "
+    "api_secret (as ${ENV_VAR}), authority and hostname (see docs/appproxy.md)."
+)
+
+
+def router_reading() -> dict[str, Any] | None:
+    """What the ROUTER pages read, once per request (None: appproxy absent).
+
+    {"enabled": False, "error"?} when the mode is off (or its section does not
+    parse); else {"enabled": True, "settings", "node_id", "plan"}. The plan is
+    ``router_services.current_plan``: the backends the mirror produces now.
+    """
+    if model("Publication") is None:
+        return None
+    # Imported when asked (appproxy is optional for the dashboard).
+    try:
+        from appproxy import node
+        from appproxy.router_config import load_router_settings
+        from appproxy.router_plan import RouterPlan
+        from appproxy.router_services import current_plan
+    except ImportError:
+        return None
+    try:
+        s = load_router_settings()
+    except Exception as exc:  # an unparsable section must not fail the page
+        return {"enabled": False, "error": f"{type(exc).__name__}: {exc}"}
+    if s is None or not s.enabled:
+        return {"enabled": False, "error": None}
+    plan_error = None
+    try:
+        plan = current_plan(s.authority)
+    except Exception as exc:  # e.g. a mirrored row that no longer parses: report it
+        plan, plan_error = RouterPlan({}, (), (), (), ()), f"{type(exc).__name__}: {exc}"
+    return {"enabled": True, "settings": s, "node_id": node.current(), "plan": plan, "plan_error": plan_error}
+
+
+def publication_row(p: Any, plan: Any, here: set[str]) -> dict[str, Any]:
+    """One publication with the backends the plan makes of it (no secret).
+
+    ``here``: the endpoint ids (lower case) of the circuits mirrored on this
+    node. A backend belongs to the publication when it serves its primary
+    name (the plan gives a backend every name of every publication mapping
+    its endpoint)."""
+    name = str(_get(p, "model", "") or "")
+    mappings = []
+    for m in getattr(p, "mappings", None) or []:
+        if not isinstance(m, dict):
+            continue
+        endpoint = str(m.get("endpoint_id") or "")
+        mappings.append({"endpoint_id": endpoint, "ratio": m.get("ratio"), "assigned": endpoint.lower() in here})
+    backends = [
+        {"name": spec.name, "url": masked_url(spec.url), "weight": spec.weight}
+        for spec in plan.backends.values()
+        if name in spec.models
+    ]
+    if not mappings:
+        state = "empty"
+    elif backends:
+        state = "serving"
+    elif any(m["assigned"] for m in mappings):
+        state = "drained"
+    else:
+        state = "pending"
+    return {
+        "model": name,
+        "aliases": [str(a) for a in getattr(p, "aliases", None) or [] if isinstance(a, str)],
+        "mappings": mappings,
+        "control_mode": _get(p, "control_mode", "") or "",
+        "revision": _get(p, "revision", "") or "",
+        "updated_at": _get(p, "updated_at"),
+        "backends": backends,
+        "state": state,
+        "pending": name in plan.pending_publications,
+    }
+
+
+def publications_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
+    if reading is None:
+        return None
+    if not reading["enabled"]:
+        return {"enabled": False, "error": reading.get("error"), "how_to_enable": HOW_TO_ENABLE}
+    pub_cls, circuit_cls = model("Publication"), model("Circuit")
+    s, plan = reading["settings"], reading["plan"]
+    try:
+        circuits = list(circuit_cls.objects.values("circuit_id", "subdomain", "endpoint_id")) if circuit_cls else []
+        pubs = list(pub_cls.objects.filter(authority=s.authority).order_by("model"))
+    except DatabaseError:
+        return None
+    here = {str(c["endpoint_id"]).lower() for c in circuits if c["endpoint_id"]}
+    by_id = {str(c["circuit_id"]).lower(): c for c in circuits}
+    pending_circuits = []
+    for cid in plan.pending_circuits:
+        c = by_id.get(cid.lower(), {})
+        pending_circuits.append(
+            {"circuit_id": cid, "subdomain": c.get("subdomain") or "", "endpoint_id": str(c.get("endpoint_id") or "")}
+        )
+    return {
+        "enabled": True,
+        "authority": s.authority,
+        "plan_error": reading.get("plan_error"),
+        "items": [publication_row(p, plan, here) for p in pubs],
+        "published": list(plan.published),
+        "pending_circuits": pending_circuits,
+        "pending_publications": list(plan.pending_publications),
+        "drained": list(plan.drained),
+        "backends": len(plan.backends),
+    }
+
+
+def router_event_rows(limit: int = ROUTER_EVENTS_SHOWN) -> list[dict[str, Any]]:
+    cls = model("EventRecord")
+    if cls is None:
+        return []
+    rows = []
+    for e in cls.objects.filter(name__startswith=ROUTER_EVENT_PREFIX).order_by("-pk")[:limit]:
+        row = event_row(e)
+        row["id"] = row["circuit_ids"][0] if row["circuit_ids"] else ""
+        rows.append(row)
+    return rows
+
+
+def router_worker_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ROUTER worker panel: this node's registration, pulls, the node
+    sessions in the DB, coordinator key count, recent router events.
+    Never a token hash, never the api_secret (only ``public()`` facts)."""
+    if reading is None:
+        return None
+    if not reading["enabled"]:
+        return {"enabled": False}
+    cls = model("WorkerState")
+    s, node_id, plan = reading["settings"], reading["node_id"], reading["plan"]
+    now = timezone.now()
+    try:
+        states = list(cls.objects.filter(authority=s.authority).order_by("pk")) if cls else []
+        pub_cls = model("Publication")
+        publications = pub_cls.objects.filter(authority=s.authority).count() if pub_cls else 0
+        keys = coordinator_key_count()
+        events = router_event_rows()
+    except DatabaseError:
+        return None
+    mine = next((w for w in states if node_id and getattr(w, "node_id", "") == node_id), None)
+    nodes = []
+    for w in states:
+        age = _seconds_between(now, getattr(w, "last_heartbeat_at", None))
+        nodes.append(
+            {
+                "node_id": _get(w, "node_id", "") or "",
+                "worker_id": _get(w, "worker_id", "") or "",
+                "status": _get(w, "status", "") or "",
+                "last_heartbeat_at": _get(w, "last_heartbeat_at"),
+                "heartbeat_age_s": None if age is None else round(age, 1),
+                "this_node": w is mine,
+            }
+        )
+    public = s.public()
+    out: dict[str, Any] = {
+        "enabled": True,
+        "authority": s.authority,
+        "coordinator_url": public["coordinator_url"],
+        "node_id": node_id,
+        "registered": bool(mine is not None and getattr(mine, "worker_id", "")),
+        "events_subscriber": subscriber_alive(s.authority),
+        "publications": publications,
+        "coordinator_keys": keys,
+        "backends": len(plan.backends),
+        "nodes": nodes,
+        "events": events,
+        "worker": None,
+    }
+    if mine is not None:
+        w = worker_row(mine, now)
+        w.update(
+            revision=_get(mine, "revision", "") or "",
+            last_pull_result=_get(mine, "last_pull_result", "") or "",
+            pulls_full=_get(mine, "pulls_full") or 0,
+            pulls_unchanged=_get(mine, "pulls_unchanged") or 0,
+        )
+        out["worker"] = w
+    return out

@@ -35,6 +35,10 @@ class Reading:
     def backends(self) -> list[dict[str, Any]]:
         return selectors.backend_rows(self.rt, self.view)
 
+    @cached_property
+    def router(self) -> dict[str, Any] | None:
+        return mirror.router_reading()
+
 
 @dataclass(frozen=True, slots=True)
 class Section:
@@ -65,6 +69,8 @@ SECTIONS: dict[str, Section] = {
         Section("keys", "API keys", lambda r: selectors.key_rows()),
         Section("recent", "Recent requests", lambda r: recent.recent_requests()),
         Section("events", "Recent events", lambda r: mirror.event_rows()),
+        Section("router", "Router worker", lambda r: mirror.router_worker_data(r.router)),
+        Section("publications", "Publications", lambda r: mirror.publications_data(r.router)),
     )
 }
 
@@ -85,6 +91,7 @@ PAGES: tuple[Page, ...] = (
     Page("keys", "Keys", ("keys",)),
     Page("requests", "Requests", ("recent",)),
     Page("events", "Events", ("events",), needs="EventRecord"),
+    Page("publications", "Publications", ("publications", "router"), needs="Publication"),
 )
 
 

@@ -202,6 +202,9 @@ def key_rows() -> list[dict[str, Any]]:
                 "name": key.name,
                 "owner": key.owner,
                 "source": key.source,
+                # Coordinator keys belong to the AppProxy coordinator (ROUTER
+                # mode): shown, never editable here or in the admin.
+                "read_only": key.source == "coordinator",
                 "hint": key.display_hint,
                 "models": list(key.allowed_models or []),
                 "client_ips": list(key.allowed_client_ips or []),

@@ -31,6 +31,7 @@ PAGES = (
     "/dashboard/keys/",
     "/dashboard/requests/",
     "/dashboard/events/",
+    "/dashboard/publications/",
 )
 
 

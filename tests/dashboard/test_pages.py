@@ -169,9 +169,10 @@ def test_appproxy_pages_are_hidden_from_the_nav_until_the_models_exist(staff):
     resp = staff.get("/dashboard/")
     nav = [item["slug"] for item in resp.context["nav"]]
     have = mirror.available()
-    assert have == {"WorkerState": True, "Circuit": True, "EventRecord": True}  # appproxy is installed
+    assert have == {"WorkerState": True, "Circuit": True, "EventRecord": True, "Publication": True}  # installed
     assert ("circuits" in nav) == have["Circuit"]
     assert ("events" in nav) == have["EventRecord"]
+    assert ("publications" in nav) == have["Publication"]
 
 
 # -- live.json -----------------------------------------------------------------
