@@ -38,6 +38,7 @@ from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coor
 from router.core.backend import BackendSpec
 from router.revision import bump_revision, lock_revision
 
+from . import router_metrics
 from .client import NOT_MODIFIED, CoordinatorError
 from .models import Circuit, Publication, WorkerState
 from .router_plan import RouterPlan, desired
@@ -187,8 +188,22 @@ def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> N
     rows = WorkerState.objects.filter(authority=authority, node_id=node_id)
     if snap is None:
         rows.update(last_pull_result="304", pulls_unchanged=F("pulls_unchanged") + 1)
+        transaction.on_commit(lambda: router_metrics.record_pull("304"))
     else:
-        rows.update(revision=snap.revision or "", last_pull_result="200", pulls_full=F("pulls_full") + 1)
+        revision = snap.revision or ""
+        rows.update(revision=revision, last_pull_result="200", pulls_full=F("pulls_full") + 1)
+        def after_commit() -> None:
+            router_metrics.record_pull("200")
+            router_metrics.record_revision(revision)
+
+        transaction.on_commit(after_commit)
+
+
+def _forget_revision(authority: str, node_id: str) -> None:
+    """Omit known_revision next time: the state may not match it."""
+    WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="", last_pull_result="error")
+    router_metrics.record_pull("error")
+    router_metrics.record_revision("")
 
 
 def router_pull_and_apply(
@@ -206,7 +221,7 @@ def router_pull_and_apply(
         try:
             snap = _fetch_snapshot(client, worker_id, known)
         except CoordinatorError:
-            WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="")
+            _forget_revision(authority, node_id)
             raise
         if snap is None and known is None:
             raise CoordinatorError("GET router-config: 304 without a known revision")
@@ -226,8 +241,7 @@ def router_pull_and_apply(
                 )
                 _record_pull(authority, node_id, snap)
         except Exception:
-            # Omit known_revision next time: the state may not match it.
-            WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="")
+            _forget_revision(authority, node_id)
             raise
     if snap is not None:
         log.info(

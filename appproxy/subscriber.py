@@ -38,7 +38,7 @@ from redis.exceptions import RedisError
 from router.config_schema import ConfigError
 from router.redis import async_client, sync_client
 
-from . import envelope, node
+from . import envelope, node, router_metrics
 from .envelope import CREATED, EnvelopeError
 from .events import APPLIED_EVENTS, EventRejected, apply_event, record_event
 from .modes import Settings, active_settings
@@ -272,6 +272,7 @@ class Subscriber:
                 type(exc).__name__,
             )
             await self._db(record_event, **base, ok=False, detail=f"not applied: {type(exc).__name__}")
+            await self._db(router_metrics.record_event, ev.name, False, None, None)
             return
         applied = timezone.now()
         acked = None
@@ -296,6 +297,13 @@ class Subscriber:
             },
         )
         await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True)
+        await self._db(
+            router_metrics.record_event,
+            ev.name,
+            True,
+            (applied - received).total_seconds(),
+            (acked - received).total_seconds() if acked is not None else None,
+        )
 
 
 def _apply_router_event(ev: Any, s: Settings, node_id: str) -> None:

@@ -28,7 +28,7 @@ from redis.exceptions import LockError
 
 from router.revision import bump_revision
 
-from . import lifecycle
+from . import lifecycle, router_metrics
 from .client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound
 from .config import AppProxySettings
 from .models import WorkerState
@@ -148,6 +148,8 @@ def register(settings: Any, *, boot_id: str) -> bool:
                 status="registered",
             )
             _prune(settings.authority, boot_id, settings.heartbeat_period)
+        if _is_router(settings):
+            router_metrics.record_revision("")  # a (re)registration pulls in full
             if first:
                 bump_revision("appproxy registered")  # /readyz reads it
         log.info(

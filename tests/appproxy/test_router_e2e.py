@@ -11,12 +11,13 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .router_support import RouterManager, RouterNode, new_key
 from .support import coordinator, eventually
-
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +184,19 @@ def test_steady_state_pulls_are_304(cluster):
     for i, node in enumerate(nodes):
         eventually(lambda n=node, b=before[i]: unchanged(n) >= b + 2, 30, "304 pulls")
     assert pulls_304() >= counted + 4  # the coordinator counted them too
+
+    # …and each node's /metrics says so, with the events it applied and acked.
+    for node in nodes:
+        text = httpx.get(node.url + "/metrics", timeout=10).text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("appproxy_router_pulls_total", (("result", "304"),))] >= 2
+        acked = [v for (name, labels), v in samples.items() if name == "appproxy_router_event_ack_seconds_count"]
+        assert sum(acked) >= 1
+        assert any(name == "appproxy_router_revision_info" for name, _ in samples)
 
 
 def test_empty_publication_is_listed_and_503_without_fallback(cluster):
