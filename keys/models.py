@@ -4,7 +4,7 @@ Only the SHA-256 digest (`key_hash`) and a masked `hint` are stored; the
 plaintext exists once, in the return value of `keys.services.key_create`.
 Ownership: operators (admin, commands, dashboard) write `operator` rows;
 `coordinator` rows (keyed by `key_id`) belong to the AppProxy coordinator —
-no code writes them yet (ROUTER mode will) — and the operator paths only ever
+only keys.coordinator writes them (the ROUTER worker) — and the operator paths only ever
 show them. Web processes never read this table per request:
 `keys.selectors.compile_keyring` compiles it into the routing snapshot.
 """

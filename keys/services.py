@@ -5,7 +5,7 @@ web process recompiles its keyring within a second of the commit (KEY-2).
 
 Operator services (`key_create`, `key_update`, `key_revoke`, `key_rotate`,
 `key_delete`) only accept operator rows; coordinator rows are never written
-here (KEY-3). Plaintext keys are returned once and never stored, logged or
+here (KEY-3): keys.coordinator writes those, for the ROUTER worker. Plaintext keys are returned once and never stored, logged or
 put in a revision reason.
 """
 

@@ -45,17 +45,30 @@ def test_blocking_before_the_first_pull_and_ready_only_after_it():
         node.stop()
 
 
-def test_events_disabled_revocation_within_one_reconcile_interval(replica):
+def test_events_disabled_revocation_and_fallback_of_an_empty_publication(replica):
+    """With events off the pull alone converges (a revocation within one
+    reconcile interval); an empty publication falls back to the operator's
+    YAML backend through fallback_chains (seed §9.7)."""
     fc = coordinator(ack_timeout=1.0)
     fc.start()
     authority = f"router-{uuid.uuid4().hex[:8]}"
-    node = RouterNode(fc, authority, events=False, reconcile="2s")
+    cloud = f'  - {{name: cloud, url: "{replica.url}", kind: openai_api, models: [cloud-model]}}'
+    node = RouterNode(
+        fc, authority, events=False, reconcile="2s", backends=cloud, fallback='"llama-empty": [cloud-model]'
+    )
     manager = RouterManager(fc, authority)
     try:
         node.start()
         plain, digest = new_key()
         assert manager.put_key("k1", digest)["propagation"] == "deferred"  # nobody listens
         eventually(lambda: node.models(plain).status_code == 200, 15, "pulled")
+
+        manager.publish("llama-empty", {})
+        eventually(lambda: node.chat("llama-empty", plain).status_code == 200, 15, "fallback")
+        answer = node.chat("llama-empty", plain)  # no replica of its own: only the chain can answer
+        assert answer.headers["x-backend-name"] == "ha-r1"
+        assert {"llama-empty", "cloud-model"} <= {m["id"] for m in node.models(plain).json()["data"]}
+
         manager.delete_key("k1")
         started = time.monotonic()
         eventually(lambda: node.models(plain).status_code == 401, 15, "revoked by the pull")

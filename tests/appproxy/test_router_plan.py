@@ -195,3 +195,61 @@ def test_composed_weight_is_in_range_or_drained(a, b):
         assert w is None
     else:
         assert w is not None and 1 <= w <= 1000
+
+
+_ratios = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=32), st.sampled_from([0.0, 0.004, 0.5, 1.0, 15.0])
+)
+
+
+@st.composite
+def _world(draw):
+    endpoints = [str(uuid.UUID(int=i + 1)) for i in range(draw(st.integers(1, 4)))]
+    circuits = []
+    for index in range(draw(st.integers(0, 4))):
+        routes = [
+            {
+                "route_id": str(uuid.UUID(int=1000 + 10 * index + r)),
+                "session_id": str(uuid.UUID(int=5000 + 10 * index + r)),
+                "kernel_host": "10.0.0.1",
+                "kernel_port": 8000 + 10 * index + r,
+                "traffic_ratio": draw(_ratios),
+            }
+            for r in range(draw(st.integers(0, 3)))
+        ]
+        circuits.append(
+            Circuit.model_validate(
+                {"id": str(uuid.UUID(int=9000 + index)), "endpoint_id": draw(st.sampled_from(endpoints)), "route_info": routes}
+            )
+        )
+    pubs = []
+    for index in range(draw(st.integers(0, 3))):
+        mappings = [(e, draw(_ratios)) for e in draw(st.lists(st.sampled_from(endpoints), max_size=3))]
+        pubs.append(pub(f"model-{index}", *mappings, aliases=(f"alias-{index}",)))
+    return circuits, pubs
+
+
+@given(_world(), st.randoms())
+def test_the_plan_is_order_independent_and_complete(world, rnd):
+    circuits, pubs = world
+    plan = desired(circuits, pubs)
+    shuffled_c, shuffled_p = list(circuits), list(pubs)
+    rnd.shuffle(shuffled_c)
+    rnd.shuffle(shuffled_p)
+    again = desired(shuffled_c, shuffled_p)
+    assert again.backends.keys() == plan.backends.keys()
+    for name, spec in plan.backends.items():
+        assert {k: v for k, v in vars_of(spec).items() if k != "models"} == {
+            k: v for k, v in vars_of(again.backends[name]).items() if k != "models"
+        }
+        assert set(spec.models) == set(again.backends[name].models)
+        assert 1 <= spec.weight <= 1000
+        # every backend carries every name and alias of every publication mapping its endpoint
+        endpoint = next(str(c.endpoint_id) for c in circuits if name.startswith(f"appproxy-{c.id}-"))
+        expected = {n for p in pubs if any(m.endpoint_id == endpoint for m in p.mappings) for n in p.names}
+        assert set(spec.models) == expected
+    assert set(plan.published) == {n for p in pubs for n in p.names}
+
+
+def vars_of(spec) -> dict:
+    return {f: getattr(spec, f) for f in ("name", "url", "kind", "weight", "source")}
