@@ -128,7 +128,9 @@ def _write_publication(authority: str, pub: WirePublication, revision: str = "")
 
 
 def _sync_publications(authority: str, snap: RouterSnapshot) -> bool:
-    changed = False
+    # A node serves one authority: rows of an earlier authority go.
+    stale, _ = Publication.objects.exclude(authority=authority).delete()
+    changed = bool(stale)
     incoming = {p.model for p in snap.publications}
     gone = Publication.objects.filter(authority=authority).exclude(model__in=incoming)
     gone = gone.exclude(model__in=list(snap.skipped_models))

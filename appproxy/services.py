@@ -228,7 +228,8 @@ def _apply_locked(
         if authority is not None:
             # Field-wise updates: the heartbeat writes the same row concurrently.
             # Other nodes sharing the DB see the mirror change through the revision.
-            WorkerState.objects.filter(authority=authority).update(circuits=len(mirror), updated_at=now)
+            # (updated_at is left alone: it is each node's own liveness, see worker._prune)
+            WorkerState.objects.filter(authority=authority).update(circuits=len(mirror))
             if pull_started is not None and node_id:  # this node's full pull: it may become ready
                 state, _ = WorkerState.objects.get_or_create(authority=authority, node_id=node_id)
                 rows_of = WorkerState.objects.filter(pk=state.pk)

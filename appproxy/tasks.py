@@ -49,11 +49,12 @@ _waiting_since: dict[str, float] = {}
 
 _UNSET = object()
 _cleared_for: object = _UNSET
+_router_cleared_for: object = _UNSET
 
 
 def _settings() -> Settings | None:
     """The enabled section, or None (disabled, absent or invalid)."""
-    global _cleared_for
+    global _cleared_for, _router_cleared_for
 
     try:
         s = active_settings()
@@ -61,8 +62,12 @@ def _settings() -> Settings | None:
         log.error("appproxy: config error: %s", exc)
         return None  # an invalid file never clears anything
     if s is not None and s.enabled:
-        if _cleared_for is not _UNSET and s.mode != "router":
-            clear_router_mirror()  # switched from ROUTER to legacy: coordinator keys go
+        if s.mode != "router" and _router_cleared_for is not s:
+            # Legacy mode: no coordinator key or publication of an earlier
+            # ROUTER configuration may stay valid (checked once per config).
+            if clear_router_mirror():
+                log.info("appproxy_router: not the active mode; publications and coordinator keys removed")
+            _router_cleared_for = s
         _cleared_for = _UNSET
         return s
     if _cleared_for is not s:  # once per config change: a disabled worker serves no circuits
