@@ -6,7 +6,6 @@ on loopback, and the official ``openai`` SDK as the client.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -33,7 +32,7 @@ def replicas():
 
 @pytest.fixture(scope="module")
 def cluster(replicas):
-    fc = coordinator(ack_timeout=5.0)
+    fc = coordinator(ack_timeout=10.0)  # generous on a busy machine; a deaf node costs this once
     fc.start()
     authority = f"router-{uuid.uuid4().hex[:8]}"
     nodes = [RouterNode(fc, authority), RouterNode(fc, authority)]
@@ -143,17 +142,17 @@ def test_rate_limit_ip_list_and_expiry(cluster):
 
 
 def test_revocation_reaches_both_nodes_and_strict_delete(cluster):
+    """A strict delete returns once every live node acked; the key is then
+    refused on both (the latency is measured by bench/router_latency.py)."""
     _fc, manager, nodes = cluster
     plain, digest = new_key()
     manager.put_key("k-revoke", digest)
     for node in nodes:
         eventually(lambda n=node: n.models(plain).status_code == 200, 15, "key live")
-    started = time.monotonic()
     answer = manager.delete_key("k-revoke", strict=True)
-    assert answer["success"] and answer.get("unconfirmed_nodes") == []
+    assert answer["success"] and answer["propagation"] == "acked" and answer.get("unconfirmed_nodes") == []
     for node in nodes:
-        eventually(lambda n=node: n.models(plain).status_code == 401, 1.0 + 5, "revoked")
-    assert time.monotonic() - started < 6
+        eventually(lambda n=node: n.models(plain).status_code == 401, 15, "revoked")
 
 
 def test_strict_delete_names_a_stopped_node(cluster):
