@@ -179,8 +179,14 @@ class CoordinatorClient:
             return None
 
     def deregister(self, worker_id: str, node_id: str | None = None) -> None:
-        params = {"node_id": node_id} if node_id else None
-        self._call("DELETE", f"/api/worker/{worker_id}", worker_path=True, params=params)
+        """``DELETE /api/worker/{id}``; a ROUTER node names itself (body and
+        query, like the heartbeat) so only this node leaves the authority."""
+        if node_id:
+            self._call(
+                "DELETE", f"/api/worker/{worker_id}", {"node_id": node_id}, worker_path=True, params={"node_id": node_id}
+            )
+        else:
+            self._call("DELETE", f"/api/worker/{worker_id}", worker_path=True)
 
     def circuits(self, worker_id: str) -> tuple[list[Circuit], set[str], list[str]]:
         """Every circuit of the worker: (parsed, ids of items that failed to
