@@ -115,3 +115,36 @@ def test_nodes_sharing_one_postgresql_never_take_turns(replica):
             node.stop()
         fc.stop()
         pg.cleanup()
+
+
+def test_coordinator_outage_keeps_serving_and_reconverges(replica):
+    """The coordinator goes away: the node keeps routing and gating with what
+    it has (the coordinator is the authority, not a dependency of the data
+    plane), retries with backoff, and picks up changes once it is back."""
+    fc = coordinator(ack_timeout=5.0)
+    fc.start()
+    authority = f"router-{uuid.uuid4().hex[:8]}"
+    node = RouterNode(fc, authority, reconcile="1s")
+    manager = RouterManager(fc, authority)
+    try:
+        node.start()
+        endpoint = manager.endpoint("out-ep", replica)
+        manager.publish("out-model", {endpoint: 1.0})
+        plain, digest = new_key()
+        manager.put_key("k-out", digest)
+        eventually(lambda: node.chat("out-model", plain).status_code == 200, 15, "routable")
+
+        fc.stop()
+        eventually(lambda: (node.status()["appproxy_router"].get("failures") or 0) >= 2, 30, "failed calls")
+        assert node.chat("out-model", plain).status_code == 200
+        assert node.chat("out-model", "sk-nope").status_code == 401
+        assert node.readyz().status_code == 200  # registered and pulled once: still serving
+
+        fc.start()  # same port, same state
+        later, later_hash = new_key()
+        manager.put_key("k-later", later_hash)
+        eventually(lambda: node.models(later).status_code == 200, 30, "reconverged")
+        eventually(lambda: (node.status()["appproxy_router"].get("failures") or 0) == 0, 30, "healthy again")
+    finally:
+        node.stop()
+        fc.stop()
