@@ -23,8 +23,8 @@ import math
 import os
 import re
 import threading
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
 
 from django.conf import settings
 from pydantic import (
@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -264,50 +266,67 @@ def _messages(exc: ValidationError, prefix: str) -> list[str]:
     return out
 
 
-def parse_section(raw: Mapping[str, Any] | None, *, prefix: str = "appproxy") -> AppProxySettings | None:
-    """The validated section (None when absent). Raises ValueError naming keys."""
+def parse_model(model: type[M], raw: Mapping[str, Any] | None, *, prefix: str, section: str) -> M | None:
+    """One validated section of ``model`` (None when absent). Raises ValueError
+    naming the bad keys under ``prefix``; shared by both AppProxy sections."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{prefix or 'appproxy'}: must be a mapping of settings")
+        raise ValueError(f"{prefix or section}: must be a mapping of settings")
     try:
-        return AppProxySettings.model_validate(dict(raw))
+        return model.model_validate(dict(raw))
     except ValidationError as exc:
         raise ValueError("; ".join(_messages(exc, prefix))) from None
 
 
-def validate_section(raw: Any) -> None:
-    """Hook for the router's config schema (which prefixes ``appproxy: ``)."""
-    try:
-        parse_section(raw, prefix="")
-    except ValueError as exc:
-        raise PydanticCustomError("appproxy_config", "{detail}", {"detail": str(exc)}) from None
+def as_section_validator(parse: Callable[..., Any], code: str) -> Callable[[Any], None]:
+    """The hook for the router's config schema (which prefixes the section name)."""
+
+    def validate(raw: Any) -> None:
+        try:
+            parse(raw, prefix="")
+        except ValueError as exc:
+            raise PydanticCustomError(code, "{detail}", {"detail": str(exc)}) from None
+
+    return validate
+
+
+def parse_section(raw: Mapping[str, Any] | None, *, prefix: str = "appproxy") -> AppProxySettings | None:
+    """The validated section (None when absent). Raises ValueError naming keys."""
+    return parse_model(AppProxySettings, raw, prefix=prefix, section="appproxy")
+
+
+validate_section = as_section_validator(parse_section, "appproxy_config")
 
 
 # -- the applied document, cached by digest -----------------------------------
+
+
+def load_cached(cache: dict[str, Any], lock: threading.Lock, section: str, parse: Callable[[Any], Any]) -> Any:
+    """``parse`` of one section of the applied YAML document, re-parsed only
+    when the document changes. A document this process cannot resolve (a
+    ``${ENV}`` it lacks) keeps the last good settings (logged); the first load
+    raises ``ConfigError``."""
+    key = document_digest()
+    with lock:
+        if cache["key"] == key:
+            return cache["value"]
+        try:
+            value = parse(getattr(routing_document(), section))
+        except (ConfigError, ValueError) as exc:
+            if cache["key"] is None:
+                raise ConfigError(str(exc)) from None
+            log.error("%s: config not reloaded, keeping the last good one: %s", section, exc)
+            cache["key"] = key
+            return cache["value"]
+        cache["key"], cache["value"] = key, value
+        return value
+
 
 _lock = threading.Lock()
 _cache: dict[str, Any] = {"key": None, "value": None}
 
 
 def load_settings() -> AppProxySettings | None:
-    """The ``appproxy`` section of the applied YAML document, or None.
-
-    Re-parsed only when the document changes. A document this process cannot
-    resolve (a ``${ENV}`` it lacks) keeps the last good settings (logged); the
-    first load raises ``ConfigError``.
-    """
-    key = document_digest()
-    with _lock:
-        if _cache["key"] == key:
-            return _cache["value"]
-        try:
-            value = parse_section(routing_document().appproxy)
-        except (ConfigError, ValueError) as exc:
-            if _cache["key"] is None:
-                raise ConfigError(str(exc)) from None
-            log.error("appproxy: config not reloaded, keeping the last good one: %s", exc)
-            _cache["key"] = key
-            return _cache["value"]
-        _cache["key"], _cache["value"] = key, value
-        return value
+    """The ``appproxy`` section of the applied YAML document, or None (see load_cached)."""
+    return load_cached(_cache, _lock, "appproxy", parse_section)

@@ -20,7 +20,6 @@ Invariants:
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -28,25 +27,20 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from router.config_schema import ConfigError
 from router.core.secret import Secret
-from router.selectors import document_digest, routing_document
 
-from .config import Duration, SecretValue, _messages, _strip_userinfo
+from .config import Duration, SecretValue, _strip_userinfo, as_section_validator, load_cached, parse_model
 from .envelope import CHANNEL, Format
 
 __all__ = [
     "RouterSettings",
     "load_router_settings",
     "parse_router_section",
-    "router_enabled",
     "validate_router_section",
 ]
 
-log = logging.getLogger(__name__)
 
 MODE = "router"
 
@@ -150,50 +144,15 @@ class RouterSettings(BaseModel):
 
 
 def parse_router_section(raw: Mapping[str, Any] | None, *, prefix: str = "appproxy_router") -> RouterSettings | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{prefix or 'appproxy_router'}: must be a mapping of settings")
-    try:
-        return RouterSettings.model_validate(dict(raw))
-    except ValidationError as exc:
-        raise ValueError("; ".join(_messages(exc, prefix))) from None
+    return parse_model(RouterSettings, raw, prefix=prefix, section="appproxy_router")
 
 
-def validate_router_section(raw: Any) -> None:
-    """Hook for the router's config schema (which prefixes ``appproxy_router: ``)."""
-    try:
-        parse_router_section(raw, prefix="")
-    except ValueError as exc:
-        raise PydanticCustomError("appproxy_router_config", "{detail}", {"detail": str(exc)}) from None
-
+validate_router_section = as_section_validator(parse_router_section, "appproxy_router_config")
 
 _lock = threading.Lock()
 _cache: dict[str, Any] = {"key": None, "value": None}
 
 
 def load_router_settings() -> RouterSettings | None:
-    """The ``appproxy_router`` section of the applied document, or None."""
-    key = document_digest()
-    with _lock:
-        if _cache["key"] == key:
-            return _cache["value"]
-        try:
-            value = parse_router_section(routing_document().appproxy_router)
-        except (ConfigError, ValueError) as exc:
-            if _cache["key"] is None:
-                raise ConfigError(str(exc)) from None
-            log.error("appproxy_router: config not reloaded, keeping the last good one: %s", exc)
-            _cache["key"] = key
-            return _cache["value"]
-        _cache["key"], _cache["value"] = key, value
-        return value
-
-
-def router_enabled(document: Any) -> bool:
-    """Whether a validated routing document enables the ROUTER worker (pure)."""
-    try:
-        s = parse_router_section(getattr(document, "appproxy_router", None))
-    except ValueError:
-        return False
-    return bool(s is not None and s.enabled)
+    """The ``appproxy_router`` section of the applied document, or None (see config.load_cached)."""
+    return load_cached(_cache, _lock, "appproxy_router", parse_router_section)

@@ -1,6 +1,6 @@
 """Writes of the ROUTER-mode mirror: pulls and router events (seed §9.4-9.9).
 
-One apply path, shared with the legacy worker (services._apply_locked):
+One apply path, shared with the legacy worker (services.apply_locked):
 circuits, publications, coordinator keys and the ``appproxy-*`` backends they
 imply are written in ONE transaction under the per-authority reconcile lock
 (``services.reconcile_lock``), and the routing revision is bumped once when
@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -44,13 +42,12 @@ from .models import Circuit, Publication, WorkerState
 from .router_plan import RouterPlan, desired
 from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .router_wire import Publication as WirePublication
-from .services import ApplyResult, _apply_locked, reconcile_lock, stored_circuit
+from .services import ApplyResult, apply_locked, reconcile_lock, stored_circuit
 from .wire import Circuit as WireCircuit
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "RouterApplied",
     "apply_publication",
     "clear_router_mirror",
     "current_plan",
@@ -60,14 +57,6 @@ __all__ = [
     "router_circuit_desire",
     "router_pull_and_apply",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RouterApplied:
-    result: ApplyResult | None
-    revision: str | None = None
-    not_modified: bool = False
-    changed: bool = False
 
 
 def publications(authority: str) -> list[WirePublication]:
@@ -88,7 +77,7 @@ def publications(authority: str) -> list[WirePublication]:
 
 
 def router_circuit_desire(authority: str):
-    """The ``desire`` function services._apply_locked uses in ROUTER mode."""
+    """The ``desire`` function services.apply_locked uses in ROUTER mode."""
 
     def desire(circuits: Iterable[WireCircuit], _models: Mapping[str, str]) -> dict[str, BackendSpec]:
         return desired(circuits, publications(authority)).backends
@@ -153,7 +142,7 @@ def _apply_router(
     node_id: str = "",
     changed: bool = False,
 ) -> ApplyResult:
-    return _apply_locked(
+    return apply_locked(
         list(circuits),
         {},
         source=source,
@@ -210,7 +199,7 @@ def _forget_revision(authority: str, node_id: str) -> None:
 
 def router_pull_and_apply(
     settings, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0
-) -> RouterApplied:
+) -> ApplyResult:
     """Circuits + router-config, applied as the full desired state (§9.4 step 3/5)."""
     authority = settings.authority
     started = timezone.now()
@@ -255,9 +244,7 @@ def router_pull_and_apply(
                 "changed": result.changed,
             },
         )
-    return RouterApplied(
-        result, revision=snap.revision if snap else known, not_modified=snap is None, changed=result.changed
-    )
+    return result
 
 
 def apply_publication(authority: str, pub: WirePublication, *, lock_timeout: float = 30.0) -> ApplyResult:
@@ -284,7 +271,7 @@ def remove_key(authority: str, key_id: str, *, lock_timeout: float = 30.0) -> Ap
         return _apply_router(authority, source="key_removed", changed=changed)
 
 
-def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0) -> RouterApplied:
+def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0) -> ApplyResult | None:
     """key_updated: re-pull the snapshot (the hash comes over authenticated
     REST, never the bus) and apply it; a key absent from it is removed."""
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
@@ -294,13 +281,13 @@ def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_t
         if snap is None:
             if known is None:
                 raise CoordinatorError("GET router-config: 304 without a known revision")
-            return RouterApplied(None, revision=known, not_modified=True)
+            return None  # nothing changed since our revision
         with transaction.atomic():
             lock_revision()
             changed = _apply_snapshot(authority, snap)
             result = _apply_router(authority, source="key_updated", changed=changed)
             _record_pull(authority, node_id, snap)
-    return RouterApplied(result, revision=snap.revision, changed=result.changed)
+    return result
 
 
 def current_plan(authority: str) -> RouterPlan:
@@ -318,8 +305,3 @@ def clear_router_mirror() -> bool:
         if deleted or keys:
             bump_revision("appproxy_router disabled")
     return bool(deleted) or keys
-
-
-def snapshot_json(authority: str) -> dict[str, Any]:
-    """The mirrored publications as JSON (never keys' hashes)."""
-    return {"models": [p.to_json() for p in publications(authority)]}

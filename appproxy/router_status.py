@@ -15,9 +15,6 @@ Nothing here ever includes a token hash or the api_secret.
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +27,7 @@ from . import node
 from .models import EventRecord, Publication, WorkerState
 from .router_config import RouterSettings, parse_router_section
 from .router_services import current_plan
+from .status import LiveFacts
 from .subscriber import subscriber_alive
 
 __all__ = ["compile_listed", "compile_mode", "compile_worker", "readiness", "router_status"]
@@ -97,10 +95,8 @@ def _iso(value) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-STATUS_TTL = 1.0
-_lock = threading.Lock()
-_cache: dict[str, Any] = {"at": 0.0, "key": None, "value": None}
-_pool = ThreadPoolExecutor(1, thread_name_prefix="appproxy-router-status")
+_facts = LiveFacts("appproxy-router-status")
+_cache = _facts.cache
 
 
 def _live(authority: str, node_id: str) -> dict[str, Any]:
@@ -168,17 +164,5 @@ def router_status(snap: Snapshot) -> dict[str, Any]:
         "revision": facts.revision or None,
         "api_keys_mode": snap.api_keys_mode,
     }
-    now = time.monotonic()
-    key = (facts.authority, facts.node_id)
-    with _lock:
-        fresh = _cache["key"] == key and now - _cache["at"] < STATUS_TTL
-        live = _cache["value"] if fresh else None
-    if live is None:
-        try:
-            live = _pool.submit(_live, facts.authority, facts.node_id).result(timeout=2.0)
-        except Exception as exc:  # the status page must answer anyway
-            live = {"live_error": type(exc).__name__}
-        with _lock:
-            _cache.update(at=now, key=key, value=live)
-    body.update(live)
+    body.update(_facts.get((facts.authority, facts.node_id), _live, facts.authority, facts.node_id))
     return body

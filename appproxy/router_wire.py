@@ -24,7 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +36,6 @@ __all__ = [
     "KeyRecordWire",
     "Publication",
     "RouterSnapshot",
-    "names_of",
     "parse_expiry",
     "parse_key",
     "parse_publication",
@@ -322,12 +321,3 @@ def router_registration(
         "wildcard_traffic_port": None,
         "traefik_last_used_marker_path": None,
     }
-
-
-def names_of(publications: Iterable[Publication]) -> list[str]:
-    """Every published name and alias, in publication order."""
-    out: dict[str, None] = {}
-    for pub in publications:
-        for name in pub.names:
-            out.setdefault(name, None)
-    return list(out)

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ApplyResult",
+    "apply_locked",
     "clear_mirror",
     "known_models",
     "pull_and_apply",
@@ -168,7 +169,7 @@ def _write_circuit(row, circuit: WireCircuit, model: str, desired: Mapping[str, 
     Route.objects.bulk_create(routes)
 
 
-def _apply_locked(
+def apply_locked(  # the caller holds reconcile_lock
     circuits: Iterable[WireCircuit],
     models: Mapping[str, str],
     *,
@@ -282,7 +283,7 @@ def reconcile_apply(
         {} if desire is not None else discovery.discover_models(circuits, known_models(), timeout=discovery_timeout)
     )
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
-        return _apply_locked(
+        return apply_locked(
             circuits, models, source=source, authority=authority, full=full, remove=remove, desire=desire
         )
 
@@ -298,7 +299,7 @@ def pull_and_apply(settings, *, client, worker_id: str, node_id: str = "", lock_
         for error in errors:
             log.warning("appproxy: pulled circuit skipped: %s", error)
         models = discovery.discover_models(circuits, known_models(), timeout=settings.discovery_timeout)
-        return _apply_locked(
+        return apply_locked(
             circuits,
             models,
             source="pull",
@@ -316,4 +317,4 @@ def clear_mirror() -> ApplyResult | None:
     if not Circuit.objects.exists() and not Backend.objects.filter(source=Source.APPPROXY).exists():
         return None
     with reconcile_lock("(disabled)"):
-        return _apply_locked([], {}, source="disabled", authority=None, full=True)
+        return apply_locked([], {}, source="disabled", authority=None, full=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,9 +30,34 @@ from .subscriber import subscriber_alive
 __all__ = ["readiness", "worker_status"]
 
 STATUS_TTL = 1.0
-_lock = threading.Lock()
-_cache: dict[str, Any] = {"at": 0.0, "key": None, "value": None}
-_pool = ThreadPoolExecutor(1, thread_name_prefix="appproxy-status")
+
+
+class LiveFacts:
+    """Facts a /status section reads from the DB: off the event loop, in one
+    short-lived thread, cached ``STATUS_TTL`` seconds per key; a read that
+    fails or takes over 2 s becomes ``{"live_error": …}`` (the page answers)."""
+
+    def __init__(self, thread_name: str) -> None:
+        self.lock = threading.Lock()
+        self.cache: dict[str, Any] = {"at": 0.0, "key": None, "value": None}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix=thread_name)
+
+    def get(self, key: Any, read: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        now = time.monotonic()
+        with self.lock:
+            fresh = self.cache["key"] == key and now - self.cache["at"] < STATUS_TTL
+            live = self.cache["value"] if fresh else None
+        if live is None:
+            try:
+                live = self.pool.submit(read, *args).result(timeout=2.0)
+            except Exception as exc:  # the status page must answer anyway
+                live = {"live_error": type(exc).__name__}
+            with self.lock:
+                self.cache.update(at=now, key=key, value=live)
+        return live
+
+
+_facts = LiveFacts("appproxy-status")
 
 
 def _ingress(snap: Snapshot) -> Ingress | None:
@@ -108,16 +134,5 @@ def worker_status(snap: Snapshot) -> dict[str, Any]:
         "circuits": len(ingress.table),
         "circuits_with_routes": sum(1 for e in ingress.table.values() if e.has_routes),
     }
-    now = time.monotonic()
-    with _lock:
-        fresh = _cache["key"] == ingress.authority and now - _cache["at"] < STATUS_TTL
-        live = _cache["value"] if fresh else None
-    if live is None:
-        try:
-            live = _pool.submit(_live, ingress.authority).result(timeout=2.0)
-        except Exception as exc:  # the status page must answer anyway
-            live = {"live_error": type(exc).__name__}
-        with _lock:
-            _cache.update(at=now, key=ingress.authority, value=live)
-    body.update(live)
+    body.update(_facts.get(ingress.authority, _live, ingress.authority))
     return body

@@ -217,30 +217,48 @@ class Subscriber:
             log.exception("appproxy: %s not applied", event.name)
             await self._db(record_event, **base, ok=False, detail=f"not applied: {type(exc).__name__}")
             return
+        ack = None
+        if event.name == CREATED and outcome.ack:
+            # Unpublished, the manager's create fails (503), the coordinator
+            # keeps the row, and our pulls keep it mirrored.
+            ack = envelope.encode_ack(s.authority, outcome.ack, s.ack_format(event.fmt), request_id=event.request_id)
+        await self._acked(bus, s, base, ack, "appproxy: event applied", {"circuits": event.circuit_ids}, outcome.detail)
+
+    async def _acked(
+        self,
+        bus: Any,
+        s: Settings,
+        base: dict[str, Any],
+        ack: bytes | None,
+        message: str,
+        extra: dict[str, Any],
+        detail: str = "",
+    ) -> tuple[Any, Any]:
+        """After an apply: publish its ack (if any), log, record. Returns
+        (applied_at, acked_at or None). An ack the bus refuses is recorded
+        and re-raised (the session reconnects)."""
+        received = base["received_at"]
         applied = timezone.now()
         acked = None
-        if event.name == CREATED and outcome.ack:
-            fmt = s.ack_format(event.fmt)
-            data = envelope.encode_ack(s.authority, outcome.ack, fmt, request_id=event.request_id)
+        if ack is not None:
             try:
-                await bus.publish(s.channel, data)
+                await bus.publish(s.channel, ack)
             except RedisError:
-                # Applied but not acked: the manager's create fails (503), the
-                # coordinator keeps the row, and our pulls keep it mirrored.
                 await self._db(record_event, **base, applied_at=applied, ok=False, detail="ack not published")
                 raise
             acked = timezone.now()
         log.info(
-            "appproxy: event applied",
+            message,
             extra={
-                "event": event.name,
-                "fmt": event.fmt,
-                "circuits": event.circuit_ids,
+                "event": base["name"],
+                "fmt": base["fmt"],
+                **extra,
                 "apply_ms": round((applied - received).total_seconds() * 1000, 1),
                 "acked": acked is not None,
             },
         )
-        await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True, detail=outcome.detail)
+        await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True, detail=detail)
+        return applied, acked
 
     # -- ROUTER-mode events (seed §9.9-9.10) -------------------------------
     async def _router_event(self, bus: Any, s: Settings, event: Any, received: Any) -> None:
@@ -274,29 +292,12 @@ class Subscriber:
             await self._db(record_event, **base, ok=False, detail=f"not applied: {type(exc).__name__}")
             await self._db(router_metrics.record_event, ev.name, False, None, None)
             return
-        applied = timezone.now()
-        acked = None
+        ack = None
         if node_id:
-            data = encode_router_ack(
+            ack = encode_router_ack(
                 s.authority, node_id, ev.kind, ev.ack_id, s.ack_format(ev.fmt), request_id=event.request_id
             )
-            try:
-                await bus.publish(s.channel, data)
-            except RedisError:
-                await self._db(record_event, **base, applied_at=applied, ok=False, detail="ack not published")
-                raise
-            acked = timezone.now()
-        log.info(
-            "appproxy_router: event applied",
-            extra={
-                "event": ev.name,
-                "fmt": ev.fmt,
-                "id": ev.ack_id,
-                "apply_ms": round((applied - received).total_seconds() * 1000, 1),
-                "acked": acked is not None,
-            },
-        )
-        await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True)
+        applied, acked = await self._acked(bus, s, base, ack, "appproxy_router: event applied", {"id": ev.ack_id})
         await self._db(
             router_metrics.record_event,
             ev.name,

@@ -20,7 +20,7 @@ import httpx
 from fakes.coordinator import FakeCoordinator
 from tests.support.routerproc import PY, ROOT, RouterProc, free_port, wait_until
 
-from .support import API_SECRET, REDIS_URL, Child, kernel
+from .support import API_SECRET, REDIS_URL, Child, Manager
 
 __all__ = ["RouterManager", "RouterNode", "new_key", "router_yaml"]
 
@@ -161,49 +161,20 @@ def new_key() -> tuple[str, str]:
     return plain, hashlib.sha256(plain.encode()).hexdigest()
 
 
-class RouterManager:
-    """The Backend.AI Manager's ``/v2/routers`` and ``/v2/endpoints`` calls."""
+class RouterManager(Manager):
+    """The Backend.AI Manager's ``/v2/routers`` calls, besides its ``/v2/endpoints`` ones."""
 
     def __init__(self, fc: FakeCoordinator, authority: str) -> None:
-        self.fc = fc
+        super().__init__(fc)
         self.authority = authority
-        self.http = httpx.Client(base_url=fc.url, headers=fc.headers, timeout=60)
 
-    # endpoints (circuits placed on the ROUTER worker)
     def endpoint(self, name: str, *servers: Any, variant: str | None = "vllm") -> str:
-        endpoint_id = str(uuid.uuid4())
-        item = {
-            "deployment_id": endpoint_id,
-            "service_name": name,
-            "tags": {
-                "session": {"user_uuid": str(uuid.uuid4()), "project_id": str(uuid.uuid4()), "domain_name": "default"},
-                "endpoint": {"id": endpoint_id, "runtime_variant": variant},
-            },
-            "open_to_public": True,
-        }
-        created = self.http.post("/v2/endpoints/bulk", json={"endpoints": [item]})
+        """A deployment (its circuit is placed on the ROUTER worker) with these replicas."""
+        endpoint_id, created = self.create(name, variant=variant)
         assert created.status_code == 200, created.text
         if servers:
             self.routes(endpoint_id, *servers)
         return endpoint_id
-
-    def routes(self, endpoint_id: str, *servers: Any) -> list[dict[str, Any]]:
-        routes = []
-        for server in servers:
-            host, port = kernel(server)
-            routes.append(
-                {
-                    "session_id": str(uuid.uuid4()),
-                    "route_id": str(uuid.uuid4()),
-                    "kernel_host": host,
-                    "kernel_port": port,
-                }
-            )
-        response = self.http.post(
-            "/v2/endpoints/bulk/routes", json={"endpoints": [{"deployment_id": endpoint_id, "routes": routes}]}
-        )
-        assert response.status_code == 200, response.text
-        return routes
 
     # publications and keys
     def publish(self, model: str, mappings: dict[str, float], *, aliases: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -135,9 +135,9 @@ def test_full_pull_removes_missing_but_keeps_unparseable(openai_backends):
     keep, drop, stay = circuit(route(a)), circuit(route(a)), circuit(route(a))
     apply(keep, drop, stay)
     assert len(ours()) == 3
-    from appproxy.services import _apply_locked
+    from appproxy.services import apply_locked
 
-    _apply_locked(
+    apply_locked(
         [WireCircuit.model_validate(stay)], {}, source="pull", authority=AUTHORITY, full=True, keep={keep["id"]}
     )
     assert set(Circuit.objects.values_list("circuit_id", flat=True)) == {keep["id"], stay["id"]}
