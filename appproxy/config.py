@@ -24,7 +24,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 
 from django.conf import settings
 from pydantic import (
@@ -47,6 +47,7 @@ from .envelope import CHANNEL, Format
 
 __all__ = [
     "AppProxySettings",
+    "WorkerSettings",
     "load_settings",
     "parse_duration",
     "parse_section",
@@ -105,23 +106,21 @@ def _host(value: str) -> str:
     return host
 
 
-class AppProxySettings(BaseModel):
-    """One validated ``appproxy`` section. Secrets never print."""
+class WorkerSettings(BaseModel):
+    """What both AppProxy sections share (the coordinator, the bus, the
+    intervals) and what the shared worker code reads. Secrets never print;
+    ``REQUIRED`` names the keys ``enabled: true`` needs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    REQUIRED: ClassVar[tuple[str, ...]] = ("coordinator_url", "api_secret", "authority", "hostname")
 
     # Empty = not set; required when enabled (checked below).
     enabled: bool = False
     coordinator_url: str = ""
     api_secret: SecretValue = Secret("")  # X-BackendAI-Token
-    jwt_secret: SecretValue = Secret("")  # HS256 key of private circuits' tokens
     redis_url: str | None = None  # the event bus; None = the node's REDIS_URL
     authority: str = ""
     hostname: str = ""
-    frontend_mode: str = "wildcard"
-    wildcard_domain: str = ""
-    aggregation_hosts: tuple[str, ...] = ()
-    wildcard_traffic_port: int | None = Field(default=None, ge=1, le=65535)
     api_port: int | None = Field(default=None, ge=1, le=65535)
     tls_listen: bool = False
     tls_advertised: bool = False
@@ -132,10 +131,57 @@ class AppProxySettings(BaseModel):
     event_format: Literal["auto", "args", "payload"] = "auto"
     channel: str = Field(default=CHANNEL, min_length=1)
     request_timeout: Duration = 5.0  # each coordinator REST call
-    discovery_timeout: Duration = 2.0  # GET <replica>/v1/models
     retry_backoff_max: Duration = 10.0  # cap of the exponential backoff
     # How long registration waits for the events process to subscribe first.
     subscribe_grace: Duration = 30.0
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v:
+            return ""
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://coordinator:10200")
+        return v.rstrip("/")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
+            raise ValueError("must be a redis:// URL, e.g. redis://127.0.0.1:6379/4")
+        return v
+
+    @model_validator(mode="after")
+    def _required_when_enabled(self) -> Self:
+        if not self.enabled:
+            return self
+        missing = [name for name in self.REQUIRED if not getattr(self, name)]
+        if missing:
+            raise ValueError(
+                f"enabled: true needs {', '.join(missing)} (see docs/appproxy.md; secrets as ${{ENV_VAR}})"
+            )
+        return self
+
+    def bus_url(self) -> str:
+        return self.redis_url or settings.REDIS_URL
+
+    def ack_format(self, received: Format) -> Format:
+        return received if self.event_format == "auto" else self.event_format
+
+
+class AppProxySettings(WorkerSettings):
+    """One validated ``appproxy`` section (the legacy wildcard worker)."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = (
+        "coordinator_url", "api_secret", "jwt_secret", "authority", "hostname", "wildcard_domain",
+    )  # fmt: skip
+
+    jwt_secret: SecretValue = Secret("")  # HS256 key of private circuits' tokens
+    frontend_mode: str = "wildcard"
+    wildcard_domain: str = ""
+    aggregation_hosts: tuple[str, ...] = ()
+    wildcard_traffic_port: int | None = Field(default=None, ge=1, le=65535)
+    discovery_timeout: Duration = 2.0  # GET <replica>/v1/models
 
     @field_validator("frontend_mode")
     @classmethod
@@ -174,37 +220,6 @@ class AppProxySettings(BaseModel):
             out.append(_host(item))
         return tuple(out)
 
-    @field_validator("coordinator_url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        if not v:
-            return ""
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError("must be an http:// or https:// URL, e.g. http://coordinator:10200")
-        return v.rstrip("/")
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
-            raise ValueError("must be a redis:// URL, e.g. redis://127.0.0.1:6379/4")
-        return v
-
-    @model_validator(mode="after")
-    def _required_when_enabled(self) -> AppProxySettings:
-        if not self.enabled:
-            return self
-        missing = [
-            name
-            for name in ("coordinator_url", "api_secret", "jwt_secret", "authority", "hostname", "wildcard_domain")
-            if not getattr(self, name)
-        ]
-        if missing:
-            raise ValueError(
-                f"enabled: true needs {', '.join(missing)} (see docs/appproxy.md; secrets as ${{ENV_VAR}})"
-            )
-        return self
-
     # -- derived ------------------------------------------------------------
     @property
     def mode(self) -> str:
@@ -215,9 +230,6 @@ class AppProxySettings(BaseModel):
         """The wildcard domain without its leading dot: an aggregation host."""
         return self.wildcard_domain.lstrip(".")
 
-    def bus_url(self) -> str:
-        return self.redis_url or settings.REDIS_URL
-
     def registration_port(self) -> int:
         """``api_port``, else ``ROUTER_PORT``, else the traffic port, else 80."""
         if self.api_port:
@@ -226,9 +238,6 @@ class AppProxySettings(BaseModel):
         if env.isdigit() and 0 < int(env) < 65536:
             return int(env)
         return self.wildcard_traffic_port or 80
-
-    def ack_format(self, received: Format) -> Format:
-        return received if self.event_format == "auto" else self.event_format
 
     def public(self) -> dict[str, Any]:
         """Everything but the secrets (for /status and logs)."""

@@ -21,18 +21,13 @@ Invariants:
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field
 
-from router.core.secret import Secret
-
-from .config import Duration, SecretValue, _strip_userinfo, as_section_validator, load_cached, parse_model
-from .envelope import CHANNEL, Format
+from .config import WorkerSettings, _strip_userinfo, as_section_validator, load_cached, parse_model
 
 __all__ = [
     "RouterSettings",
@@ -45,57 +40,10 @@ __all__ = [
 MODE = "router"
 
 
-class RouterSettings(BaseModel):
+class RouterSettings(WorkerSettings):
     """One validated ``appproxy_router`` section. Secrets never print."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    enabled: bool = False
-    coordinator_url: str = ""
-    api_secret: SecretValue = Secret("")
-    redis_url: str | None = None  # the event bus; None = the node's REDIS_URL
-    authority: str = ""
-    hostname: str = ""
     traffic_port: int | None = Field(default=None, ge=0, le=65535)
-    tls_advertised: bool = False
-    heartbeat_period: Duration = 10.0
-    reconcile_interval: Duration = 15.0
-    events_enabled: bool = True
-    # Operational keys (documented in docs/appproxy.md), shared with `appproxy`.
-    api_port: int | None = Field(default=None, ge=1, le=65535)
-    tls_listen: bool = False
-    event_format: Literal["auto", "args", "payload"] = "auto"
-    channel: str = Field(default=CHANNEL, min_length=1)
-    request_timeout: Duration = 5.0
-    retry_backoff_max: Duration = 10.0
-    subscribe_grace: Duration = 30.0
-
-    @field_validator("coordinator_url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        if not v:
-            return ""
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError("must be an http:// or https:// URL, e.g. http://coordinator:10200")
-        return v.rstrip("/")
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^(redis|rediss|unix)://", v):
-            raise ValueError("must be a redis:// URL, e.g. redis://127.0.0.1:6379/4")
-        return v
-
-    @model_validator(mode="after")
-    def _required_when_enabled(self) -> RouterSettings:
-        if not self.enabled:
-            return self
-        missing = [n for n in ("coordinator_url", "api_secret", "authority", "hostname") if not getattr(self, n)]
-        if missing:
-            raise ValueError(
-                f"enabled: true needs {', '.join(missing)} (see docs/appproxy.md; secrets as ${{ENV_VAR}})"
-            )
-        return self
 
     # -- what the shared worker code reads ---------------------------------
     @property
@@ -105,9 +53,6 @@ class RouterSettings(BaseModel):
     @property
     def discovery_timeout(self) -> float:  # unused: ROUTER names come from publications
         return 2.0
-
-    def bus_url(self) -> str:
-        return self.redis_url or settings.REDIS_URL
 
     def registration_port(self) -> int:
         """``api_port``, else ``ROUTER_PORT``, else 80."""
@@ -121,9 +66,6 @@ class RouterSettings(BaseModel):
     def advertised_traffic_port(self) -> int:
         """``traffic_port``; 0 or absent = the api_port."""
         return self.traffic_port or self.registration_port()
-
-    def ack_format(self, received: Format) -> Format:
-        return received if self.event_format == "auto" else self.event_format
 
     def public(self) -> dict[str, Any]:
         return {
