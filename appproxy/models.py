@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from django.db import models as dj
 
+# Change-log topics (router.revision.touch) of the rows below: writers name
+# what they wrote; the snapshot parts that read these rows (the Host ingress
+# table, the published names, the worker facts) are compiled again when one
+# of their topics is named.
+CIRCUIT = "circuit"  # Circuit, by circuit id
+PUBLICATION = "publication"  # Publication, by model
+WORKER = "worker"  # WorkerState (registration, first pull)
+
 
 class Circuit(dj.Model):
     circuit_id = dj.CharField(max_length=36, unique=True, help_text="The coordinator's circuit UUID (the JWT id).")

@@ -34,11 +34,11 @@ from django.utils import timezone
 
 from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coordinator_key, sync_coordinator_keys
 from router.core.backend import BackendSpec
-from router.revision import bump_revision, lock_revision
+from router.revision import bump_revision, lock_revision, touch
 
 from . import router_metrics
 from .client import NOT_MODIFIED, CoordinatorError
-from .models import Circuit, Publication, WorkerState
+from .models import PUBLICATION, WORKER, Circuit, Publication, WorkerState
 from .router_plan import RouterPlan, desired
 from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .router_wire import Publication as WirePublication
@@ -109,22 +109,29 @@ def _write_publication(authority: str, pub: WirePublication, revision: str = "")
     }
     if row is None:
         Publication.objects.create(authority=authority, model=pub.model, revision=revision, **fields)
+        touch(PUBLICATION, pub.model)
         return True
     if all(getattr(row, k) == v for k, v in fields.items()):
         return False
     Publication.objects.filter(pk=row.pk).update(revision=revision or row.revision, **fields)
+    touch(PUBLICATION, pub.model)
     return True
 
 
 def _sync_publications(authority: str, snap: RouterSnapshot) -> bool:
     # A node serves one authority: rows of an earlier authority go.
-    stale, _ = Publication.objects.exclude(authority=authority).delete()
-    changed = bool(stale)
+    stale = Publication.objects.exclude(authority=authority)
+    touch(PUBLICATION, *stale.values_list("model", flat=True))
+    changed = bool(stale.delete()[0])
     incoming = {p.model for p in snap.publications}
-    gone = Publication.objects.filter(authority=authority).exclude(model__in=incoming)
-    gone = gone.exclude(model__in=list(snap.skipped_models))
-    if gone.exists():
-        gone.delete()
+    skipped = set(snap.skipped_models)
+    gone = [
+        m for m in Publication.objects.filter(authority=authority).values_list("model", flat=True)
+        if m not in incoming and m not in skipped
+    ]
+    if gone:
+        Publication.objects.filter(authority=authority, model__in=gone).delete()
+        touch(PUBLICATION, *gone)
         changed = True
     for pub in snap.publications:
         changed |= _write_publication(authority, pub, snap.revision or "")
@@ -183,6 +190,7 @@ def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> N
     else:
         revision = snap.revision or ""
         rows.update(revision=revision, last_pull_result="200", pulls_full=F("pulls_full") + 1)
+        touch(WORKER, node_id)
         def after_commit() -> None:
             router_metrics.record_pull("200")
             router_metrics.record_revision(revision)
@@ -220,6 +228,7 @@ def router_pull_and_apply(
             with transaction.atomic():
                 lock_revision()
                 changed = _apply_snapshot(authority, snap) if snap is not None else False
+                _record_pull(authority, node_id, snap)  # before the bump: it names the worker row
                 result = _apply_router(
                     authority,
                     source="pull",
@@ -230,7 +239,6 @@ def router_pull_and_apply(
                     node_id=node_id,
                     changed=changed,
                 )
-                _record_pull(authority, node_id, snap)
         except Exception:
             _forget_revision(authority, node_id)
             raise
@@ -260,6 +268,7 @@ def remove_publication(authority: str, model: str, *, lock_timeout: float = 30.0
     with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
         lock_revision()
         deleted, _ = Publication.objects.filter(authority=authority, model=model).delete()
+        touch(PUBLICATION, model)
         return _apply_router(authority, source="model_removed", changed=bool(deleted))
 
 
@@ -285,8 +294,8 @@ def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_t
         with transaction.atomic():
             lock_revision()
             changed = _apply_snapshot(authority, snap)
+            _record_pull(authority, node_id, snap)  # before the bump: it names the worker row
             result = _apply_router(authority, source="key_updated", changed=changed)
-            _record_pull(authority, node_id, snap)
     return result
 
 
@@ -300,6 +309,7 @@ def clear_router_mirror() -> bool:
     """ROUTER mode was turned off: publications and coordinator keys go (the
     caller clears circuits and backends with services.clear_mirror)."""
     with transaction.atomic():
+        touch(PUBLICATION, *Publication.objects.values_list("model", flat=True))
         deleted, _ = Publication.objects.all().delete()
         keys = clear_coordinator_keys()
         if deleted or keys:

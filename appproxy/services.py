@@ -33,10 +33,10 @@ from pydantic import ValidationError
 from router.core.backend import BackendSpec
 from router.models import Backend, Source
 from router.redis import sync_client
-from router.revision import bump_revision, lock_revision
+from router.revision import BACKEND, bump_revision, lock_revision, touch
 
 from . import discovery
-from .models import Circuit, Route, WorkerState
+from .models import CIRCUIT, WORKER, Circuit, Route, WorkerState
 from .plan import SOURCE, Plan, backend_name, desired_backends, plan
 from .wire import Circuit as WireCircuit
 
@@ -125,6 +125,7 @@ def _write_plan(p: Plan, now) -> None:
         )
     if p.remove:
         Backend.objects.filter(source=Source.APPPROXY, name__in=list(p.remove)).delete()
+    touch(BACKEND, *(s.name for s in (*p.add, *p.update)), *p.remove)
     if p.conflicts:
         log.warning("appproxy: backend names owned by another source were not applied: %s", list(p.conflicts))
 
@@ -218,6 +219,7 @@ def apply_locked(  # the caller holds reconcile_lock
                 continue
             _write_circuit(row, circuit, model, desired, now)
             upserted.append(cid)
+        touch(CIRCUIT, *upserted, *gone)
         if gone:
             Circuit.objects.filter(circuit_id__in=list(gone)).delete()
             discovery.forget(rows[cid].model_key for cid in gone)
@@ -235,6 +237,8 @@ def apply_locked(  # the caller holds reconcile_lock
                 state, _ = WorkerState.objects.get_or_create(authority=authority, node_id=node_id)
                 rows_of = WorkerState.objects.filter(pk=state.pk)
                 flipped = not state.first_pull_applied
+                if flipped:
+                    touch(WORKER, node_id)
                 rows_of.update(first_pull_applied=True, last_pull_at=now)
                 rows_of.filter(pull_requested_at__lte=pull_started).update(pull_requested_at=None)
 

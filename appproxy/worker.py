@@ -26,12 +26,12 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from router.revision import bump_revision
+from router.revision import bump_revision, touch
 
 from . import lifecycle, router_metrics
 from .client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound
 from .config import AppProxySettings
-from .models import WorkerState
+from .models import WORKER, WorkerState
 from .router_services import router_pull_and_apply
 from .router_wire import router_registration
 from .services import pull_and_apply
@@ -151,6 +151,7 @@ def register(settings: Any, *, boot_id: str) -> bool:
         if _is_router(settings):
             router_metrics.record_revision("")  # a (re)registration pulls in full
             if first:
+                touch(WORKER, boot_id)
                 bump_revision("appproxy registered")  # /readyz reads it
         log.info(
             "appproxy: registered",

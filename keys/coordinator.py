@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from router.revision import touch
+
 from .models import ApiKey, KeySource
+from .selectors import TOPIC, coordinator_record_id
 
 __all__ = ["CoordinatorKey", "coordinator_key_count", "remove_coordinator_key", "sync_coordinator_keys"]
 
@@ -75,6 +78,7 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
         gone = [kid for kid in rows if kid not in incoming and kid not in keep]
         if gone:
             ApiKey.objects.filter(source=KeySource.COORDINATOR, key_id__in=gone).delete()
+            touch(TOPIC, *(coordinator_record_id(kid) for kid in gone))
             changed = True
     taken = dict(
         ApiKey.objects.filter(key_hash__in=[k.key_hash for k in incoming.values()]).values_list("key_hash", "key_id")
@@ -88,9 +92,11 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
         row = rows.get(key_id)
         if row is None:
             ApiKey.objects.create(source=KeySource.COORDINATOR, key_id=key_id, **fields)
+            touch(TOPIC, coordinator_record_id(key_id))
             changed = True
         elif not _same(row, fields):
             ApiKey.objects.filter(pk=row.pk).update(revoked_at=None, **fields)
+            touch(TOPIC, coordinator_record_id(key_id))
             changed = True
         if not key.expiry_ok:
             log.warning("keys: coordinator key %s has an unreadable expires_at; it is refused", key_id)
@@ -99,11 +105,15 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
 
 def remove_coordinator_key(key_id: str) -> bool:
     deleted, _ = ApiKey.objects.filter(source=KeySource.COORDINATOR, key_id=key_id).delete()
+    if deleted:
+        touch(TOPIC, coordinator_record_id(key_id))
     return bool(deleted)
 
 
 def clear_coordinator_keys() -> bool:
-    deleted, _ = ApiKey.objects.filter(source=KeySource.COORDINATOR).delete()
+    rows = ApiKey.objects.filter(source=KeySource.COORDINATOR)
+    touch(TOPIC, *(coordinator_record_id(kid) for kid in rows.values_list("key_id", flat=True)))
+    deleted, _ = rows.delete()
     return bool(deleted)
 
 

@@ -98,10 +98,31 @@ def make_record(
 class Keyring(Mapping[str, KeyRecord]):
     """sha256-hex → KeyRecord, immutable."""
 
-    __slots__ = ("_by_hash",)
+    __slots__ = ("_by_hash", "_hash_of")
 
     def __init__(self, records: Iterable[KeyRecord] = ()) -> None:
         self._by_hash: dict[str, KeyRecord] = {r.key_hash: r for r in records}
+        self._hash_of: dict[str, str] = {r.id: h for h, r in self._by_hash.items()}
+
+    def replaced(self, ids: Iterable[str], records: Iterable[KeyRecord]) -> Keyring:
+        """A new keyring: the keys `ids` as `records` now say (an id with no
+        record is gone); every other record is shared with this one."""
+        by_hash = dict(self._by_hash)
+        hash_of = dict(self._hash_of)
+        for ident in ids:
+            old = hash_of.pop(ident, None)
+            if old is not None and by_hash.get(old) is not None and by_hash[old].id == ident:
+                del by_hash[old]
+        for record in records:
+            clash = by_hash.get(record.key_hash)
+            if clash is not None:
+                hash_of.pop(clash.id, None)
+            by_hash[record.key_hash] = record
+            hash_of[record.id] = record.key_hash
+        ring = Keyring.__new__(Keyring)
+        ring._by_hash = by_hash
+        ring._hash_of = hash_of
+        return ring
 
     def __getitem__(self, key_hash: str) -> KeyRecord:
         return self._by_hash[key_hash]

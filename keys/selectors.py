@@ -7,14 +7,43 @@ answer 401 expired_api_key instead of invalid_api_key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import Q
+
 from .keyring import KeyRecord, Keyring, make_record
 from .models import ApiKey
 
+TOPIC = "key"  # change-log topic (router.revision.touch); names are KeyRecord ids
+
+_FIELDS = (
+    "id",
+    "name",
+    "owner",
+    "source",
+    "key_id",
+    "key_hash",
+    "hint",
+    "allowed_models",
+    "expires_at",
+    "rate_limit",
+    "allowed_client_ips",
+)
+
+
+def coordinator_record_id(key_id: str) -> str:
+    return f"coordinator:{key_id}"
+
+
+def record_id(row: ApiKey) -> str:
+    """The id of a key's record (and its change-log name)."""
+    return coordinator_record_id(row.key_id) if row.source == "coordinator" else f"{row.source}:{row.pk}"
+
 
 def record_for(row: ApiKey) -> KeyRecord:
-    ident = row.key_id if row.source == "coordinator" else str(row.pk)
     return make_record(
-        id=f"{row.source}:{ident}",
+        id=record_id(row),
         name=row.name,
         source=row.source,
         key_hash=row.key_hash,
@@ -28,20 +57,19 @@ def record_for(row: ApiKey) -> KeyRecord:
 
 
 def compile_keyring() -> Keyring:
-    rows = ApiKey.objects.filter(revoked_at__isnull=True).only(
-        "id",
-        "name",
-        "owner",
-        "source",
-        "key_id",
-        "key_hash",
-        "hint",
-        "allowed_models",
-        "expires_at",
-        "rate_limit",
-        "allowed_client_ips",
-    )
+    rows = ApiKey.objects.filter(revoked_at__isnull=True).only(*_FIELDS)
     return Keyring(record_for(row) for row in rows)
+
+
+def update_keyring(prev: Keyring, changes: Mapping[str, frozenset[str]], _document: Any = None) -> Keyring:
+    """`prev` with the keys the change log names read again (snapshot part update)."""
+    ids = changes.get(TOPIC, frozenset())
+    pks = [int(i.split(":", 1)[1]) for i in ids if i.startswith("operator:") and i.split(":", 1)[1].isdigit()]
+    key_ids = [i.split(":", 1)[1] for i in ids if i.startswith("coordinator:")]
+    rows = ApiKey.objects.filter(
+        Q(source="operator", pk__in=pks) | Q(source="coordinator", key_id__in=key_ids), revoked_at__isnull=True
+    ).only(*_FIELDS)
+    return prev.replaced(ids, (record_for(row) for row in rows))
 
 
 def key_list(*, include_revoked: bool = True):

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from router.revision import bump_revision
+from router.revision import bump_revision, touch
 
 from .fields import (
     EDITABLE,
@@ -33,6 +33,7 @@ from .fields import (
 from .keyring import hash_key as _hash_key
 from .keyring import mask_key
 from .models import ApiKey, KeySource
+from .selectors import TOPIC, record_id
 
 __all__ = [
     "clean_allowed_models",
@@ -71,6 +72,7 @@ def _insert(fields: dict[str, Any]) -> tuple[ApiKey, str]:
         hint=mask_key(plaintext),
         **fields,
     )
+    touch(TOPIC, record_id(key))
     return key, plaintext
 
 
@@ -111,6 +113,7 @@ def key_update(key: ApiKey, **changes: Any) -> ApiKey:
         for name, value in cleaned.items():
             setattr(key, name, value)
         key.save(update_fields=list(cleaned) or None)
+        touch(TOPIC, record_id(key))
         bump_revision(f"keys: updated {key.name} {key.hint}")
     return key
 
@@ -122,6 +125,7 @@ def _mark_revoked(key: ApiKey) -> bool:
     )
     if done:
         key.revoked_at = now
+        touch(TOPIC, record_id(key))
     return bool(done)
 
 
@@ -156,4 +160,5 @@ def key_delete(key: ApiKey) -> None:
     _require_operator(key)
     with transaction.atomic():
         ApiKey.objects.filter(pk=key.pk).delete()
+        touch(TOPIC, record_id(key))
         bump_revision(f"keys: deleted {key.name} {key.hint}")

@@ -32,7 +32,7 @@ from .config_schema import ConfigError, interpolate
 from .core.backend import masked_url
 from .models import Backend, ConfigDocument, RoutingRevision, Source
 from .providers import KINDS, path_of
-from .revision import bump_revision
+from .revision import BACKEND, bump_revision, touch
 
 admin.site.site_header = "LLM router admin"
 admin.site.site_title = "LLM router admin"
@@ -295,7 +295,10 @@ class BackendAdmin(admin.ModelAdmin):
             if change and Backend.objects.filter(pk=obj.pk).exclude(source=Source.ADMIN).exists():
                 raise PermissionDenied("only admin-source backends are edited here")
             obj.source = Source.ADMIN
+            if change:  # a rename: the old name goes
+                touch(BACKEND, *Backend.objects.filter(pk=obj.pk).values_list("name", flat=True))
             obj.save()
+            touch(BACKEND, obj.name)
             bump_revision(f"admin: {'changed' if change else 'added'} backend {obj.name}")
 
     def delete_model(self, request, obj: Backend) -> None:
@@ -303,6 +306,7 @@ class BackendAdmin(admin.ModelAdmin):
             raise PermissionDenied("only admin-source backends are deleted here")
         with transaction.atomic():
             obj.delete()
+            touch(BACKEND, obj.name)
             bump_revision(f"admin: deleted backend {obj.name}")
 
     def delete_queryset(self, request, queryset) -> None:
@@ -312,6 +316,7 @@ class BackendAdmin(admin.ModelAdmin):
             if not names:
                 return
             rows.delete()
+            touch(BACKEND, *names)
             bump_revision(f"admin: deleted backends {', '.join(names)}")
 
 

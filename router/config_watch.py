@@ -35,7 +35,7 @@ from redis.exceptions import RedisError
 
 from .config_schema import ConfigError
 from .redis import sync_client
-from .revision import bump_revision, config_error_key
+from .revision import NOTHING, bump_revision, config_error_key, touch
 from .services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ def sync_file(*, force_read: bool = False) -> bool:
         if pending and not changed:
             # The file is back to what the DB holds: no revision would tell
             # the web processes, so bump one (they reload and clear last_error).
+            touch(NOTHING, "config file restored")
             bump_revision("config file restored")
             changed = True
         return changed

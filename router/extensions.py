@@ -8,7 +8,9 @@ which Django runs once per process after every app is loaded:
 - a key-gate factory: routing snapshot → the gate every /v1 request passes
   (`keys`); with none registered the router is open (no key is checked);
 - snapshot parts: extra fields of the routing Snapshot compiled from the
-  document (the keyring from `keys`, the Host ingress table from `appproxy`);
+  document (the keyring from `keys`, the Host ingress table from `appproxy`),
+  each naming the change-log topics it depends on (router/revision.py) and,
+  optionally, how to update its value in place from the changed names;
 - YAML section validators: a top-level section the router keeps raw
   (`appproxy`, `appproxy_router`) is validated by the app that owns it;
 - readiness checks (/readyz) and status sections (/status).
@@ -23,6 +25,7 @@ of readiness checks and status sections in the responses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .core.snapshot import Snapshot
@@ -32,6 +35,7 @@ __all__ = [
     "IngressRequest",
     "IngressResolver",
     "KeyGate",
+    "PartSpec",
     "ReadinessCheck",
     "SectionValidator",
     "SnapshotPart",
@@ -94,6 +98,9 @@ class IngressResolver(Protocol):
 # Compiles one Snapshot field from the validated routing document
 # (router.config_schema.RouterFile); runs in a worker thread, may use the ORM.
 SnapshotPart = Callable[[Any], Any]
+# Updates one Snapshot field in place: (its previous value, {topic: changed
+# names} of its topics, the routing document) → the new value.
+PartUpdate = Callable[[Any, Mapping[str, frozenset[str]], Any], Any]
 # Validates one raw top-level YAML section; raises ValueError or a pydantic
 # error whose message names the bad key.
 SectionValidator = Callable[[Any], None]
@@ -103,7 +110,19 @@ ReadinessCheck = Callable[[Snapshot], Mapping[str, bool]]
 StatusSection = Callable[[Snapshot], Any]
 
 _gate_factory: GateFactory | None = None
-_snapshot_parts: dict[str, SnapshotPart] = {}
+
+@dataclass(frozen=True, slots=True)
+class PartSpec:
+    compile: SnapshotPart
+    # The change-log topics the value depends on ("document" when it reads the
+    # routing document); None: it may depend on anything, recompiled at every
+    # revision.
+    topics: frozenset[str] | None = None
+    # None: compiled again when one of its topics changed.
+    update: PartUpdate | None = None
+
+
+_snapshot_parts: dict[str, PartSpec] = {}
 _section_validators: dict[str, SectionValidator] = {}
 _readiness: dict[str, ReadinessCheck] = {}
 _status: dict[str, StatusSection] = {}
@@ -118,14 +137,20 @@ def gate_factory() -> GateFactory | None:
     return _gate_factory
 
 
-def register_snapshot_part(field: str, compile: SnapshotPart) -> None:
+def register_snapshot_part(
+    field: str,
+    compile: SnapshotPart,
+    *,
+    topics: Iterable[str] | None = None,
+    update: PartUpdate | None = None,
+) -> None:
     """`field` names a Snapshot field (e.g. "keyring", "ingress")."""
     if field not in Snapshot.__dataclass_fields__:
         raise ValueError(f"Snapshot has no field {field!r}")
-    _snapshot_parts[field] = compile
+    _snapshot_parts[field] = PartSpec(compile, None if topics is None else frozenset(topics), update)
 
 
-def snapshot_parts() -> Mapping[str, SnapshotPart]:
+def snapshot_parts() -> Mapping[str, PartSpec]:
     return _snapshot_parts
 
 

@@ -61,3 +61,20 @@ class RoutingRevision(dj.Model):
     revision = dj.BigIntegerField(default=0)
     reason = dj.CharField(max_length=200, blank=True, default="")
     updated_at = dj.DateTimeField(auto_now=True)
+
+
+class RoutingChange(dj.Model):
+    """What one revision changed, by topic and name: the change log from which
+    every web process updates its snapshot in place (router/selectors.py).
+
+    A revision whose writer did not say what it changed carries one row of
+    topic "*": readers compile that revision from scratch. Old rows are pruned
+    (router/revision.py); a reader too far behind compiles from scratch.
+    """
+
+    revision = dj.BigIntegerField(db_index=True)
+    topic = dj.CharField(max_length=32)
+    name = dj.CharField(max_length=300, blank=True, default="")
+
+    def __repr__(self) -> str:
+        return f"<RoutingChange r{self.revision} {self.topic} {self.name}>"

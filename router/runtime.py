@@ -33,7 +33,7 @@ from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
 from .redis import async_client
 from .revision import config_error_key, current_revision
-from .selectors import compile_snapshot
+from .selectors import refresh_snapshot
 from .services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class Runtime:
         self.capacity_changed: asyncio.Condition | None = None
         self.waiting = 0
         self._ready = asyncio.Event()
+        self._loaded = False  # the initial load (the configured file applied) is done
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._reload_lock = asyncio.Lock()
@@ -142,7 +143,13 @@ class Runtime:
         while True:
             try:
                 await self._sync_config_file()
+                # Ready only from here: a snapshot the notice listener or the
+                # safety poll installed meanwhile may predate the configured
+                # file (e.g. the tasks process still writing a large YAML), and
+                # /readyz must not send traffic to a node that answers 404.
+                self._loaded = True
                 await self.reload()
+                self._ready.set()
                 return
             except asyncio.CancelledError:
                 raise
@@ -156,12 +163,17 @@ class Runtime:
         await _in_thread(config_sync, resolve_config_path())
 
     async def reload(self) -> None:
+        """Bring the snapshot to the current revision: updated in place from
+        the change log (a few rows read), or compiled from scratch when the log
+        cannot say (router/selectors.py refresh_snapshot)."""
         async with self._reload_lock:
-            snap = await _in_thread(compile_snapshot)
-            self.install(snap)
+            snap = await _in_thread(refresh_snapshot, self.snapshot)
+            if snap is not self.snapshot:
+                self.install(snap, ready=self._loaded)
 
-    def install(self, snap: Snapshot) -> None:
-        """Swap in a compiled snapshot (and what is derived from it)."""
+    def install(self, snap: Snapshot, *, ready: bool = True) -> None:
+        """Swap in a compiled snapshot (and what is derived from it); `ready`:
+        it holds the configured state (false before the initial load)."""
         if self.selector.strategy != snap.strategy:
             self.selector = Selector(snap.strategy)
         self.states.retain(snap.backends.keys())
@@ -171,7 +183,8 @@ class Runtime:
         self.gate = self._make_gate(snap)
         self.snapshot = snap
         self.last_error = None
-        self._ready.set()
+        if ready:
+            self._ready.set()
         log.info("routing snapshot installed", extra={"revision": snap.revision, "backends": len(snap.backends)})
 
     # -- hot path helpers ----------------------------------------------------

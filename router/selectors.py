@@ -1,4 +1,5 @@
-"""Reads of the routing mirror: compile the immutable Snapshot (off the hot path).
+"""Reads of the routing mirror: compile the immutable Snapshot (off the hot path),
+or update it in place from the change log (router/revision.py).
 
 The Snapshot fields other apps own (the keyring, the Host ingress table) come
 from the snapshot parts they register in router.extensions.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from . import extensions
@@ -16,9 +19,9 @@ from .core.backend import BackendSpec
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
-from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model
+from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model, regroup
 from .models import Backend, ConfigDocument
-from .revision import current_revision
+from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +67,11 @@ def routing_document() -> RouterFile:
     return RouterFile.model_validate(interpolate(doc))
 
 
-def compile_snapshot() -> Snapshot:
-    revision = current_revision()
-    cfg = routing_document()
-    backends = {row.name: _spec(row) for row in Backend.objects.all()}
-    # The keyring, the Host ingress table…: compiled by the apps that own them.
-    # A part may also override a field compiled from the document below
-    # (ROUTER mode forces api_keys_mode to "blocking").
-    parts = {name: compile(cfg) for name, compile in extensions.snapshot_parts().items()}
-    by_model = group_by_model(backends)
-    for name in parts.get("listed", ()):
-        by_model.setdefault(name, ())
+def _document_fields(cfg: RouterFile) -> dict[str, Any]:
+    """The Snapshot fields compiled from the routing document itself."""
     h = cfg.health
-    fields: dict[str, Any] = dict(
-        revision=revision,
-        backends=backends,
-        by_model=by_model,
+    return dict(
+        document=cfg,
         fallback_chains={k: tuple(v) for k, v in cfg.fallback.fallback_chains.items()},
         strategy=cfg.selection_strategy,
         retry=RetryPolicy(
@@ -103,7 +95,94 @@ def compile_snapshot() -> Snapshot:
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
-        created=int(time.time()),
     )
+
+
+# How this process's snapshots were made (for /status): updated in place from
+# the change log, or compiled from scratch.
+REFRESHES = {"updated": 0, "compiled": 0}
+
+
+def compile_snapshot() -> Snapshot:
+    """The whole Snapshot from the mirror (a start, or a change the log cannot
+    describe); `refresh_snapshot` is the usual path."""
+    revision = current_revision()
+    cfg = routing_document()
+    backends = {row.name: _spec(row) for row in Backend.objects.all()}
+    # The keyring, the Host ingress table…: compiled by the apps that own them.
+    # A part may also override a field compiled from the document
+    # (ROUTER mode forces api_keys_mode to "blocking").
+    parts = {name: part.compile(cfg) for name, part in extensions.snapshot_parts().items()}
+    by_model = group_by_model(backends)
+    for name in parts.get("listed", ()):
+        by_model.setdefault(name, ())
+    fields: dict[str, Any] = dict(revision=revision, backends=backends, by_model=by_model, created=int(time.time()))
+    fields.update(_document_fields(cfg))
     fields.update(parts)
     return Snapshot(**fields)
+
+
+def _known_topics() -> frozenset[str]:
+    topics = {BACKEND, DOCUMENT, NOTHING}
+    for part in extensions.snapshot_parts().values():
+        topics.update(part.topics or ())
+    return frozenset(topics)
+
+
+def update_snapshot(prev: Snapshot, changes: Mapping[str, set[str]], revision: int) -> Snapshot | None:
+    """`prev` with the changes of the log applied in place: only the backends,
+    model groups and parts they name are read and rebuilt; everything else is
+    shared with `prev` by reference. None when a change is of a topic no one
+    here knows (compile from scratch then)."""
+    if not changes.keys() <= _known_topics():
+        return None
+    fields: dict[str, Any] = {"revision": revision}
+    cfg = prev.document
+    if DOCUMENT in changes:
+        cfg = routing_document()
+        fields.update(_document_fields(cfg))
+    for name, part in extensions.snapshot_parts().items():
+        value = getattr(prev, name)
+        if part.topics is None or (DOCUMENT in changes and DOCUMENT in part.topics):
+            value = part.compile(cfg)
+        elif touched := part.topics & changes.keys():
+            if part.update is None:
+                value = part.compile(cfg)
+            else:
+                value = part.update(value, {t: frozenset(changes[t]) for t in touched}, cfg)
+        fields[name] = value
+    names = changes.get(BACKEND, set())
+    listed = fields.get("listed", prev.listed)
+    if names or listed != prev.listed:
+        old = {n: prev.backends.get(n) for n in names}
+        new: dict[str, BackendSpec | None] = dict.fromkeys(names)
+        new.update((row.name, _spec(row)) for row in Backend.objects.filter(name__in=list(names)))
+        backends = dict(prev.backends)
+        for n, spec in new.items():
+            if spec is None:
+                backends.pop(n, None)
+            else:
+                backends[n] = spec
+        fields["backends"] = backends
+        fields["by_model"] = regroup(
+            prev.by_model, old, new, listed, frozenset(prev.listed).symmetric_difference(listed)
+        )
+    return replace(prev, **fields)
+
+
+def refresh_snapshot(prev: Snapshot) -> Snapshot:
+    """The Snapshot of the current revision, from `prev`: `prev` itself when
+    nothing changed, else updated in place from the change log, else (the log
+    cannot say, or `prev` is not a compiled snapshot) compiled from scratch."""
+    revision = current_revision()
+    if revision == prev.revision and prev.document is not None:
+        return prev
+    snap = None
+    if prev.document is not None and revision > prev.revision:
+        changes = changes_since(prev.revision, revision)
+        snap = update_snapshot(prev, changes, revision) if changes is not None else None
+    if snap is not None:
+        REFRESHES["updated"] += 1
+        return snap
+    REFRESHES["compiled"] += 1
+    return compile_snapshot()

@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from .config_schema import ConfigError, load
 from .models import Backend, ConfigDocument, Source
-from .revision import bump_revision
+from .revision import BACKEND, DOCUMENT, NOTHING, bump_revision, touch
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ def resolve_config_path() -> Path:
 # Mixed into the file digest: changing it makes every node re-apply its file
 # once. "2": backend URLs are stored as their ${VAR} template.
 _MIRROR_FORMAT = b"router-mirror 2\n"
+
+
+_FIELDS = (
+    "url", "kind", "models", "served_model", "weight", "capacity", "priority",
+    "api_key", "connect_timeout", "read_timeout", "extra",
+)
 
 
 def _backend_fields(raw: dict, parsed) -> dict:
@@ -71,10 +79,8 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
         doc, _ = ConfigDocument.objects.select_for_update().get_or_create(pk=1)
         if doc.digest == digest and doc.path == str(path) and not force:
             return False
-        foreign = set(
-            Backend.objects.exclude(source=Source.CONFIG)
-            .filter(name__in=[b.name for b in model.backends])
-            .values_list("name", flat=True)
+        foreign = {b.name for b in model.backends} & set(
+            Backend.objects.exclude(source=Source.CONFIG).values_list("name", flat=True)
         )
         if foreign:
             raise ConfigError(
@@ -82,15 +88,11 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
                 "source (admin or appproxy); rename them in the YAML"
             )
         wanted = {b.name: (rb, b) for rb, b in zip(raw_backends, model.backends, strict=True)}
-        Backend.objects.filter(source=Source.CONFIG).exclude(name__in=list(wanted)).delete()
-        discovered = dict(
-            Backend.objects.filter(source=Source.CONFIG, name__in=list(wanted)).values_list("name", "extra")
-        )
-        for name, (rb, parsed) in wanted.items():
-            fields = _backend_fields(rb, parsed)
-            if parsed.discover_models and (discovered.get(name) or {}).get("discovered"):
-                fields["extra"]["discovered"] = discovered[name]["discovered"]
-            Backend.objects.update_or_create(name=name, defaults={"source": Source.CONFIG, **fields})
+        touched = _write_config_backends(wanted)
+        if doc.document != document:
+            touch(DOCUMENT, path.name)
+        elif not touched:
+            touch(NOTHING, path.name)  # comments, formatting: the same state under a new digest
         doc.path = str(path)
         doc.digest = digest
         doc.document = document
@@ -98,6 +100,36 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
         bump_revision(f"config {path.name}")
     log.info("config applied", extra={"path": str(path), "backends": len(wanted)})
     return True
+
+
+def _write_config_backends(wanted: dict[str, tuple[dict, Any]]) -> int:
+    """Make the `config` Backend rows equal `wanted` (name → (raw, parsed)),
+    writing only the rows that differ; returns how many were written."""
+    rows = {row.name: row for row in Backend.objects.filter(source=Source.CONFIG)}
+    gone = [name for name in rows if name not in wanted]
+    now = timezone.now()
+    added: list[Backend] = []
+    changed: list[Backend] = []
+    for name, (rb, parsed) in wanted.items():
+        fields = _backend_fields(rb, parsed)
+        row = rows.get(name)
+        discovered = ((row.extra if row is not None else None) or {}).get("discovered")
+        if parsed.discover_models and discovered:
+            fields["extra"]["discovered"] = discovered
+        if row is None:
+            added.append(Backend(name=name, source=Source.CONFIG, **fields))
+        elif any(getattr(row, k) != v for k, v in fields.items()):
+            for k, v in fields.items():
+                setattr(row, k, v)
+            row.updated_at = now
+            changed.append(row)
+    if gone:
+        Backend.objects.filter(source=Source.CONFIG, name__in=gone).delete()
+    Backend.objects.bulk_create(added, batch_size=500)
+    Backend.objects.bulk_update(changed, [*_FIELDS, "updated_at"], batch_size=500)
+    names = [*gone, *(b.name for b in added), *(b.name for b in changed)]
+    touch(BACKEND, *names)
+    return len(names)
 
 
 def discovered_models_apply(found: dict[str, list[str]]) -> bool:
@@ -114,6 +146,7 @@ def discovered_models_apply(found: dict[str, list[str]]) -> bool:
             extra["discovered"] = found[row.name]
             row.extra = extra
             row.save(update_fields=["extra", "updated_at"])
+            touch(BACKEND, row.name)
             changed = True
         if changed:
             bump_revision("discovered models")

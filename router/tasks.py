@@ -19,16 +19,18 @@ import orjson
 from celery import shared_task
 
 from .core.health import StateTable
+from .core.snapshot import EMPTY
 from .providers import listed_models, probe_url
 from .redis import sync_client
 from .runtime import health_key
-from .selectors import compile_snapshot
+from .selectors import refresh_snapshot
 from .services import discovered_models_apply
 
 log = logging.getLogger(__name__)
 
 _states = StateTable()
 _last_probe: dict[str, float] = {}
+_snapshot = EMPTY  # this process's view of the mirror, kept current from the change log
 
 
 def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[bool, bytes]:
@@ -41,7 +43,8 @@ def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple
 
 @shared_task(name="router.probe_backends", ignore_result=True, expires=5)
 def probe_backends() -> dict[str, bool]:
-    snap = compile_snapshot()
+    global _snapshot
+    snap = _snapshot = refresh_snapshot(_snapshot)
     policy = snap.health
     if not snap.health_enabled or policy is None:
         return {}

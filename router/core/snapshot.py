@@ -53,6 +53,9 @@ class Snapshot:
     # The AppProxy ROUTER worker's own facts as of the compile (readiness,
     # /status); compiled by the appproxy app, never read by the data plane.
     worker: Any = None
+    # The validated routing document (router.config_schema.RouterFile) the
+    # fields above were compiled from: snapshot parts are updated against it.
+    document: Any = None
     created: int = 0  # epoch seconds, the `created` of /v1/models objects
 
     def known(self, model: str) -> bool:
@@ -62,12 +65,48 @@ class Snapshot:
         return sorted(self.by_model)
 
 
+def group_order(spec: BackendSpec) -> tuple[str, str]:
+    """The order of a model's backends, whatever order they were read in."""
+    return (spec.source, spec.name)
+
+
 def group_by_model(backends: Mapping[str, BackendSpec]) -> dict[str, tuple[BackendSpec, ...]]:
     groups: dict[str, list[BackendSpec]] = {}
     for spec in backends.values():
-        for name in spec.models:
+        for name in dict.fromkeys(spec.models):
             groups.setdefault(name, []).append(spec)
-    return {name: tuple(specs) for name, specs in groups.items()}
+    return {name: tuple(sorted(specs, key=group_order)) for name, specs in groups.items()}
+
+
+def regroup(
+    by_model: Mapping[str, tuple[BackendSpec, ...]],
+    old: Mapping[str, BackendSpec | None],
+    new: Mapping[str, BackendSpec | None],
+    listed: tuple[str, ...],
+    relisted: frozenset[str] = frozenset(),
+) -> dict[str, tuple[BackendSpec, ...]]:
+    """`by_model` after the backends named in `old` (their previous specs,
+    None = absent) became `new` (None = removed): only the groups of the
+    models they serve (and the names in `relisted`) are rebuilt.
+
+    A model with no backend left stays as an empty group when `listed`."""
+    changed = old.keys() | new.keys()
+    affected = set(relisted)
+    for spec in (*old.values(), *new.values()):
+        if spec is not None:
+            affected.update(spec.models)
+    listed_set = frozenset(listed)
+    out = dict(by_model)
+    for name in affected:
+        group = [s for s in by_model.get(name, ()) if s.name not in changed]
+        group += [s for s in new.values() if s is not None and name in s.models]
+        if group:
+            out[name] = tuple(sorted(group, key=group_order))
+        elif name in listed_set:
+            out[name] = ()
+        else:
+            out.pop(name, None)
+    return out
 
 
 EMPTY = Snapshot(revision=-1, backends={}, by_model={})

@@ -24,8 +24,18 @@ def test_the_installed_apps_register_their_parts():
     assert extensions.gate_factory() is gate_for
     # INSTALLED_APPS order: appproxy before keys.
     assert list(extensions.snapshot_parts()) == ["ingress", "api_keys_mode", "listed", "worker", "keyring"]
-    assert extensions.snapshot_parts()["ingress"] is compile_ingress
-    assert extensions.snapshot_parts()["api_keys_mode"] is router_status.compile_mode
+    parts = extensions.snapshot_parts()
+    assert parts["ingress"].compile is compile_ingress
+    assert parts["api_keys_mode"].compile is router_status.compile_mode
+    # What each part is updated from (router.revision change-log topics).
+    assert {name: part.topics for name, part in parts.items()} == {
+        "ingress": {"document", "circuit", "worker"},
+        "api_keys_mode": {"document"},
+        "listed": {"document", "publication"},
+        "worker": {"document", "worker"},
+        "keyring": {"key"},
+    }
+    assert parts["keyring"].update is not None and parts["ingress"].update is None
     assert extensions.section_validator("appproxy") is validate_section
     assert extensions.section_validator("appproxy_router") is validate_router_section
     assert list(extensions.readiness_checks()) == [readiness, router_status.readiness]

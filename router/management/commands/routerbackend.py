@@ -13,7 +13,7 @@ from django.db import transaction
 from router.core.backend import masked_url
 from router.models import Backend, Source
 from router.providers import KINDS
-from router.revision import bump_revision
+from router.revision import BACKEND, bump_revision, touch
 
 
 class Command(BaseCommand):
@@ -63,5 +63,6 @@ class Command(BaseCommand):
                         priority=opts["priority"], api_key=opts["api_key"],
                     ),
                 )
+            touch(BACKEND, opts["name"])
             revision = bump_revision(f"admin backend {action} {opts['name']}")
         self.stdout.write(f"{action} {opts['name']}: revision {revision}")
