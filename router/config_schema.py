@@ -162,6 +162,11 @@ class RouterFile(_Strict):
         return self
 
 
+# libyaml's safe loader when PyYAML was built with it (its wheels are): the
+# same safe subset, about 4x less CPU than the pure-Python one on a large file.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def interpolate(value: Any, path: str = "") -> Any:
     """Replace ${VAR} from the environment; a missing variable is an error."""
     if isinstance(value, str):
@@ -194,7 +199,7 @@ def parse(text: str, *, source: str = "<config>") -> tuple[RouterFile, dict[str,
     """Validate YAML text. Returns the model (interpolated) and the raw document
     (templates kept, so secrets are never stored)."""
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = yaml.load(text, Loader=_LOADER) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):

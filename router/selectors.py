@@ -26,7 +26,19 @@ from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revisio
 log = logging.getLogger(__name__)
 
 
-def _models(row: Backend) -> tuple[str, ...]:
+# What a BackendSpec is compiled from: read as named rows, not model instances
+# (20,000 Backend instances cost more than the specs themselves).
+_FIELDS = (
+    "name", "url", "kind", "models", "served_model", "weight", "capacity", "priority",
+    "api_key", "source", "connect_timeout", "read_timeout", "extra",
+)
+
+
+def _rows(qs: Any) -> Any:
+    return qs.values_list(*_FIELDS, named=True).iterator(chunk_size=5000)
+
+
+def _models(row: Any) -> tuple[str, ...]:
     names = list(row.models or ())
     extra = row.extra or {}
     if extra.get("discover_models"):
@@ -34,7 +46,7 @@ def _models(row: Backend) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _spec(row: Backend) -> BackendSpec:
+def _spec(row: Any) -> BackendSpec:
     api_key = interpolate(row.api_key, f"backend {row.name}.api_key") if row.api_key else ""
     headers = tuple((str(k), str(interpolate(v))) for k, v in (row.extra or {}).get("headers", {}).items())
     # A ${VAR} in the URL (e.g. its password) is resolved here, as the api_key.
@@ -108,7 +120,7 @@ def compile_snapshot() -> Snapshot:
     describe); `refresh_snapshot` is the usual path."""
     revision = current_revision()
     cfg = routing_document()
-    backends = {row.name: _spec(row) for row in Backend.objects.all()}
+    backends = {row.name: _spec(row) for row in _rows(Backend.objects.all())}
     # The keyring, the Host ingress table…: compiled by the apps that own them.
     # A part may also override a field compiled from the document
     # (ROUTER mode forces api_keys_mode to "blocking").
@@ -156,7 +168,7 @@ def update_snapshot(prev: Snapshot, changes: Mapping[str, set[str]], revision: i
     if names or listed != prev.listed:
         old = {n: prev.backends.get(n) for n in names}
         new: dict[str, BackendSpec | None] = dict.fromkeys(names)
-        new.update((row.name, _spec(row)) for row in Backend.objects.filter(name__in=list(names)))
+        new.update((row.name, _spec(row)) for row in _rows(Backend.objects.filter(name__in=list(names))))
         backends = dict(prev.backends)
         for n, spec in new.items():
             if spec is None:

@@ -71,6 +71,8 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
     path = path or resolve_config_path()
     text = path.read_bytes() if path.exists() else b""
     digest = hashlib.sha256(_MIRROR_FORMAT + text).hexdigest()
+    if not force and ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).exists():
+        return False  # already applied (checked again under the lock below); no parse
     model, raw = load(path)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
