@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any
 
@@ -192,18 +193,32 @@ class CoordinatorClient:
         """Every circuit of the worker: (parsed, ids of items that failed to
         parse, errors). A failed item is kept as it was in the mirror rather
         than removed, so one odd circuit never tears down a working one."""
+        return parse_circuit_items(self.circuit_items(worker_id)[0])
+
+    def circuit_items(self, worker_id: str) -> tuple[list[Any], str]:
+        """The circuits as received, unparsed, and a digest of them: a pull
+        that finds the digest it applied last can skip parsing them."""
         data = self._call("GET", f"/api/worker/{worker_id}/circuits", worker_path=True)
         items = data.get("circuits") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise CoordinatorError(f"GET /api/worker/{worker_id}/circuits: no 'circuits' list")
-        good: list[Circuit] = []
-        failed: set[str] = set()
-        errors: list[str] = []
-        for item in items:
-            parsed, problems = parse_circuits([item])
-            good.extend(parsed)
-            if problems:
-                errors.extend(problems)
-                if isinstance(item, dict) and item.get("id") is not None:
-                    failed.add(str(item["id"]).lower())
-        return good, failed, errors
+        try:
+            digest = hashlib.sha256(orjson.dumps(items, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        except TypeError:  # not JSON-serialisable as received (cannot happen for parsed JSON)
+            digest = ""
+        return items, digest
+
+
+def parse_circuit_items(items: list[Any]) -> tuple[list[Circuit], set[str], list[str]]:
+    """(parsed circuits, ids of the items that failed to parse, errors)."""
+    good: list[Circuit] = []
+    failed: set[str] = set()
+    errors: list[str] = []
+    for item in items:
+        parsed, problems = parse_circuits([item])
+        good.extend(parsed)
+        if problems:
+            errors.extend(problems)
+            if isinstance(item, dict) and item.get("id") is not None:
+                failed.add(str(item["id"]).lower())
+    return good, failed, errors

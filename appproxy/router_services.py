@@ -34,11 +34,12 @@ from django.utils import timezone
 
 from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coordinator_key, sync_coordinator_keys
 from router.core.backend import BackendSpec
-from router.revision import bump_revision, lock_revision, touch
+from router.revision import bump_revision, current_revision, lock_revision, touch
 
 from . import router_metrics
-from .client import NOT_MODIFIED, CoordinatorError
+from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
 from .models import PUBLICATION, WORKER, Circuit, Publication, WorkerState
+from .plan import Plan
 from .router_plan import RouterPlan, desired
 from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .router_wire import Publication as WirePublication
@@ -205,6 +206,11 @@ def _forget_revision(authority: str, node_id: str) -> None:
     router_metrics.record_revision("")
 
 
+# (authority, node_id) → (digest of the circuits, routing revision) of the
+# last full pull this process applied (one entry per node session it runs).
+_pulled: dict[tuple[str, str], tuple[str, int]] = {}
+
+
 def router_pull_and_apply(
     settings, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0
 ) -> ApplyResult:
@@ -214,9 +220,7 @@ def router_pull_and_apply(
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first()
         known = (row.revision or None) if row is not None else None
-        circuits, failed, errors = client.circuits(worker_id)
-        for error in errors:
-            log.warning("appproxy_router: pulled circuit skipped: %s", error)
+        items, digest = client.circuit_items(worker_id)
         try:
             snap = _fetch_snapshot(client, worker_id, known)
         except CoordinatorError:
@@ -224,6 +228,20 @@ def router_pull_and_apply(
             raise
         if snap is None and known is None:
             raise CoordinatorError("GET router-config: 304 without a known revision")
+        memo = (authority, node_id)
+        if snap is None and row is not None and row.first_pull_applied and _pulled.get(memo) == (digest, current_revision()):
+            # Nothing changed: the same circuits as the pull this process last
+            # applied, router-config 304, and no other writer since. Only the
+            # node's own pull time and count are written (they schedule the next pull).
+            with transaction.atomic():
+                _record_pull(authority, node_id, None)
+                WorkerState.objects.filter(pk=row.pk).update(last_pull_at=timezone.now())
+                WorkerState.objects.filter(pk=row.pk, pull_requested_at__lte=started).update(pull_requested_at=None)
+            return ApplyResult(plan=Plan())
+        _pulled.pop(memo, None)
+        circuits, failed, errors = parse_circuit_items(items)
+        for error in errors:
+            log.warning("appproxy_router: pulled circuit skipped: %s", error)
         try:
             with transaction.atomic():
                 lock_revision()
@@ -239,9 +257,12 @@ def router_pull_and_apply(
                     node_id=node_id,
                     changed=changed,
                 )
+                applied_at = current_revision()  # ours: the revision row is locked until commit
         except Exception:
             _forget_revision(authority, node_id)
             raise
+        if digest:
+            _pulled[memo] = (digest, applied_at)
     if snap is not None:
         log.info(
             "appproxy_router: pulled",

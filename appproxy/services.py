@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
 
@@ -37,7 +38,7 @@ from router.revision import BACKEND, bump_revision, lock_revision, touch
 
 from . import discovery
 from .models import CIRCUIT, WORKER, Circuit, Route, WorkerState
-from .plan import SOURCE, Plan, backend_name, desired_backends, plan
+from .plan import NAME_PREFIX, SOURCE, Plan, backend_name, desired_backends, plan
 from .wire import Circuit as WireCircuit
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,17 @@ def known_models() -> dict[str, str]:
     return out
 
 
-def _actual() -> dict[str, BackendSpec]:
-    """Every Backend row, as the plan compares them (ours fully, others by name)."""
+def _actual(circuit_ids: Collection[str] | None = None, names: Collection[str] = ()) -> dict[str, BackendSpec]:
+    """Every Backend row, as the plan compares them (ours fully, others by name);
+    with `circuit_ids`, only the backends of those circuits and `names`."""
     out: dict[str, BackendSpec] = {}
-    for name, source, url, kind, models, weight in Backend.objects.values_list(
+    rows = Backend.objects.all()
+    if circuit_ids is not None:
+        scope = Q(name__in=list(names))
+        for cid in circuit_ids:
+            scope |= Q(name__startswith=f"{NAME_PREFIX}{cid}-")
+        rows = rows.filter(scope)
+    for name, source, url, kind, models, weight in rows.values_list(
         "name", "source", "url", "kind", "models", "weight"
     ):
         if source == SOURCE:
@@ -95,6 +103,23 @@ def _actual() -> dict[str, BackendSpec]:
             )
         else:
             out[name] = BackendSpec(name=name, url=url, source=source)
+    return out
+
+
+# Mirrored circuits as parsed by this process, by circuit id: an apply parses
+# only the rows that changed since (thousands of circuits per pull or event).
+_parsed: dict[str, WireCircuit] = {}
+
+
+def _mirrored(rows: Mapping[str, Any]) -> dict[str, WireCircuit]:
+    out: dict[str, WireCircuit] = {}
+    for cid, row in rows.items():
+        cached = _parsed.get(cid)
+        parsed = cached if cached is not None and cached.same_raw(row.raw) else stored_circuit(row)
+        if parsed is not None:
+            out[cid] = parsed
+    _parsed.clear()
+    _parsed.update(out)
     return out
 
 
@@ -194,45 +219,51 @@ def apply_locked(  # the caller holds reconcile_lock
             gone |= rows.keys() - incoming.keys() - set(keep)
         gone -= incoming.keys()
 
-        # The mirror after this apply, and each circuit's model.
-        mirror: dict[str, WireCircuit] = {}
-        model_of: dict[str, str] = {}
-        for cid, row in rows.items():
-            if cid in gone or cid in incoming:
-                continue
-            parsed = stored_circuit(row)
-            if parsed is not None:
-                mirror[cid] = parsed
-                model_of[cid] = row.model
-        for cid, circuit in incoming.items():
-            row = rows.get(cid)
-            mirror[cid] = circuit
-            model_of[cid] = models.get(circuit.model_key) or (row.model if row is not None else "")
-        by_key = {mirror[cid].model_key: m for cid, m in model_of.items() if m}
-        desired = (desire or desired_backends)(mirror.values(), by_key)
-
-        upserted = []
-        for cid, circuit in incoming.items():
-            row = rows.get(cid)
-            model = model_of[cid]
-            if row is not None and row.raw == circuit.raw and row.model == model:
-                continue
-            _write_circuit(row, circuit, model, desired, now)
-            upserted.append(cid)
-        touch(CIRCUIT, *upserted, *gone)
-        if gone:
-            Circuit.objects.filter(circuit_id__in=list(gone)).delete()
-            discovery.forget(rows[cid].model_key for cid in gone)
-
-        p = plan(desired, _actual())
-        _write_plan(p, now)
+        # Each incoming circuit's model, and the ones that differ from their row.
+        model_of = {
+            cid: models.get(c.model_key) or (rows[cid].model if cid in rows else "") for cid, c in incoming.items()
+        }
+        upserted = [
+            cid for cid, c in incoming.items()
+            if cid not in rows or not c.same_raw(rows[cid].raw) or rows[cid].model != model_of[cid]
+        ]
+        p = Plan()
+        mirror_size = len(rows.keys() - gone | incoming.keys())
+        if upserted or gone or extra_changed:
+            scope: set[str] | None = None
+            if full or extra_changed:
+                # The whole mirror after this apply, and each circuit's model.
+                kept = {cid: row for cid, row in rows.items() if cid not in gone and cid not in incoming}
+                mirror = _mirrored(kept)
+                models_now = {cid: kept[cid].model for cid in mirror}
+                mirror.update(incoming)
+                models_now.update(model_of)  # an incoming circuit's model wins a model_key it shares
+                by_key = {mirror[cid].model_key: m for cid, m in models_now.items() if m}
+                planned = list(mirror.values())
+            else:
+                # An event about a few circuits: a circuit's backends depend only
+                # on itself (and the publications, unchanged here), so only
+                # theirs are planned and compared, not the whole mirror's.
+                scope = {*upserted, *gone}
+                by_key = known_models()
+                by_key.update((incoming[cid].model_key, m) for cid, m in model_of.items() if m)
+                planned = [incoming[cid] for cid in upserted]
+            desired = (desire or desired_backends)(planned, by_key)
+            for cid in upserted:
+                _write_circuit(rows.get(cid), incoming[cid], model_of[cid], desired, now)
+            touch(CIRCUIT, *upserted, *gone)
+            if gone:
+                Circuit.objects.filter(circuit_id__in=list(gone)).delete()
+                discovery.forget(rows[cid].model_key for cid in gone)
+            p = plan(desired, _actual(scope, desired.keys()))
+            _write_plan(p, now)
 
         flipped = False
         if authority is not None:
             # Field-wise updates: the heartbeat writes the same row concurrently.
             # Other nodes sharing the DB see the mirror change through the revision.
             # (updated_at is left alone: it is each node's own liveness, see worker._prune)
-            WorkerState.objects.filter(authority=authority).update(circuits=len(mirror))
+            WorkerState.objects.filter(authority=authority).exclude(circuits=mirror_size).update(circuits=mirror_size)
             if pull_started is not None and node_id:  # this node's full pull: it may become ready
                 state, _ = WorkerState.objects.get_or_create(authority=authority, node_id=node_id)
                 rows_of = WorkerState.objects.filter(pk=state.pk)
@@ -250,7 +281,7 @@ def apply_locked(  # the caller holds reconcile_lock
             "appproxy: applied",
             extra={
                 "source": source,
-                "circuits": len(mirror),
+                "circuits": mirror_size,
                 "upserted": len(upserted),
                 "deleted": len(gone),
                 "backends_added": len(p.add),

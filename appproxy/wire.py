@@ -117,6 +117,10 @@ class Circuit(BaseModel):
             return copy.deepcopy(self._raw)
         return self.model_dump(mode="json")
 
+    def same_raw(self, raw: Any) -> bool:
+        """Whether `raw` is the object this circuit was parsed from (no copy)."""
+        return (self._raw if self._raw is not None else self.model_dump(mode="json")) == raw
+
     @property
     def is_inference(self) -> bool:
         return self.app_mode == "inference"

@@ -24,6 +24,7 @@ from . import extensions
 from .nodestate import node_health
 from .observe import IN_FLIGHT
 from .runtime import get_runtime
+from .selectors import REFRESHES
 
 
 def _json(obj: dict, status: int = 200) -> HttpResponse:
@@ -119,6 +120,9 @@ async def status(request: HttpRequest) -> HttpResponse:
         "strategy": snap.strategy,
         "api_keys_mode": snap.api_keys_mode,
         "waiting": rt.waiting,  # requests queued for capacity (MIX-1)
+        # How this process's snapshots were made: in place from the change log,
+        # or compiled from scratch (start, a pruned log, a writer that named nothing).
+        "snapshot_refreshes": dict(REFRESHES),
         "backends": [
             {
                 "name": spec.name,

@@ -2,7 +2,9 @@
 compiled from scratch, after every step of random sequences of mixed changes
 made through the real writers (YAML sync, admin, key services, coordinator
 keys, ROUTER publications and circuits, discovered models), on a real DB and
-real Redis (the reconcile lock).
+real Redis (the reconcile lock). And the AppProxy backends that circuit
+events planned for their circuits only are those a plan of the whole mirror
+calls for.
 
 The incrementally kept snapshot must also really be incremental: most steps
 are applied in place (counted by router.selectors), and what a step did not
@@ -281,6 +283,20 @@ class Changes(RuleBasedStateMachine):
             if not self.touched & {"backends", "by_model", "listed"}:
                 assert self.snap.backends is self.prev.backends
                 assert self.snap.by_model is self.prev.by_model
+
+    @invariant()
+    def the_mirror_is_what_a_full_reconcile_would_make(self) -> None:
+        """Circuit events are planned for their circuits only; the result must
+        be the backends a plan of the whole mirror calls for."""
+        wanted = {
+            name: (spec.url, spec.kind, tuple(spec.models), spec.weight)
+            for name, spec in router_services.current_plan(AUTHORITY).backends.items()
+        }
+        have = {
+            row.name: (row.url, row.kind, tuple(row.models), row.weight)
+            for row in Backend.objects.filter(source=Source.APPPROXY)
+        }
+        assert have == wanted
 
     def teardown(self) -> None:
         self.path.unlink(missing_ok=True)

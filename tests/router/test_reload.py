@@ -40,6 +40,11 @@ def test_two_web_processes_see_a_db_change_within_one_second(openai_backends, ro
         5, interval=0.02, what="removal everywhere",
     )
     assert time.monotonic() - removed <= 1.0
+    # Both changes were applied in place from the change log: each process
+    # compiled its snapshot from scratch once, when it started.
+    for p in (first, second):
+        refreshes = p.status()["snapshot_refreshes"]
+        assert refreshes["compiled"] == 1 and refreshes["updated"] >= 2, refreshes
 
 
 def test_yaml_edit_applies_without_restart_and_bad_edit_is_refused(openai_backends, router_factory):
