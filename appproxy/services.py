@@ -213,8 +213,11 @@ def apply_locked(  # the caller holds reconcile_lock
     incoming = {str(c.id): c for c in circuits}
     with transaction.atomic():
         lock_revision()  # nodes sharing one PostgreSQL apply one at a time
-        rows = {row.circuit_id: row for row in Circuit.objects.all()}
-        gone = {str(i).lower() for i in remove} & rows.keys()
+        removing = {str(i).lower() for i in remove}
+        whole = full or extra_changed  # else only the named circuits' rows are read
+        rows_qs = Circuit.objects.all() if whole else Circuit.objects.filter(circuit_id__in=[*incoming, *removing])
+        rows = {row.circuit_id: row for row in rows_qs}
+        gone = removing & rows.keys()
         if full:
             gone |= rows.keys() - incoming.keys() - set(keep)
         gone -= incoming.keys()
@@ -228,10 +231,14 @@ def apply_locked(  # the caller holds reconcile_lock
             if cid not in rows or not c.same_raw(rows[cid].raw) or rows[cid].model != model_of[cid]
         ]
         p = Plan()
-        mirror_size = len(rows.keys() - gone | incoming.keys())
+        mirror_size = (
+            len(rows.keys() - gone | incoming.keys())
+            if whole
+            else Circuit.objects.count() - len(gone) + len(incoming.keys() - rows.keys())
+        )
         if upserted or gone or extra_changed:
             scope: set[str] | None = None
-            if full or extra_changed:
+            if whole:
                 # The whole mirror after this apply, and each circuit's model.
                 kept = {cid: row for cid, row in rows.items() if cid not in gone and cid not in incoming}
                 mirror = _mirrored(kept)
@@ -245,7 +252,7 @@ def apply_locked(  # the caller holds reconcile_lock
                 # on itself (and the publications, unchanged here), so only
                 # theirs are planned and compared, not the whole mirror's.
                 scope = {*upserted, *gone}
-                by_key = known_models()
+                by_key = known_models() if desire is None else {}  # ROUTER's desire reads no models
                 by_key.update((incoming[cid].model_key, m) for cid, m in model_of.items() if m)
                 planned = [incoming[cid] for cid in upserted]
             desired = (desire or desired_backends)(planned, by_key)
