@@ -49,8 +49,7 @@ class EventOutcome:
     detail: str = ""
 
 
-def apply_event(event: Event, settings) -> EventOutcome:
-    """Apply one decoded event addressed to us. Raises EventRejected."""
+def _apply_kwargs(settings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "authority": settings.authority,
         "discovery_timeout": settings.discovery_timeout,
@@ -58,6 +57,30 @@ def apply_event(event: Event, settings) -> EventOutcome:
     if getattr(settings, "mode", "wildcard") == "router":
         # ROUTER mode: circuits join publications; no replica is asked its model.
         kwargs["desire"] = router_circuit_desire(settings.authority)
+    return kwargs
+
+
+def routed_circuit(event: Event) -> Circuit:
+    """The circuit of a route_updated event with its new route list. Raises EventRejected."""
+    try:
+        circuit = Circuit.model_validate(event.circuit)
+        routes = [RouteInfo.model_validate(r) for r in event.routes or ()]
+    except ValidationError as exc:
+        raise EventRejected(f"route_updated does not validate ({exc.error_count()} error(s))") from None
+    return circuit.with_routes(routes)
+
+
+def apply_route_updates(circuits: list[Circuit], settings) -> EventOutcome:
+    """One apply for the route_updated events that arrived back to back (a
+    burst): each carries its circuit's whole route list, so for a circuit
+    named twice the later one is the state."""
+    last = {str(c.id): c for c in circuits}
+    return EventOutcome(reconcile_apply(list(last.values()), source="route_updated", **_apply_kwargs(settings)))
+
+
+def apply_event(event: Event, settings) -> EventOutcome:
+    """Apply one decoded event addressed to us. Raises EventRejected."""
+    kwargs = _apply_kwargs(settings)
     if event.name == CREATED:
         circuits, errors = parse_circuits(event.circuits)
         if errors and not circuits:
@@ -65,13 +88,7 @@ def apply_event(event: Event, settings) -> EventOutcome:
         result = reconcile_apply(circuits, source="created", **kwargs)
         return EventOutcome(result, ack=[c.raw for c in circuits], detail="; ".join(errors))
     if event.name == ROUTE_UPDATED:
-        try:
-            circuit = Circuit.model_validate(event.circuit)
-            routes = [RouteInfo.model_validate(r) for r in event.routes or ()]
-        except ValidationError as exc:
-            raise EventRejected(f"route_updated does not validate ({exc.error_count()} error(s))") from None
-        result = reconcile_apply([circuit.with_routes(routes)], source="route_updated", **kwargs)
-        return EventOutcome(result)
+        return apply_route_updates([routed_circuit(event)], settings)
     if event.name == REMOVED:
         ids = [str(c.get("id")).lower() for c in event.circuits if c.get("id")]
         result = reconcile_apply([], source="removed", remove=ids, **kwargs)

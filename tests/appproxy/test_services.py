@@ -243,3 +243,34 @@ def _cfg(enabled: bool = True):
     from types import SimpleNamespace
 
     return SimpleNamespace(appproxy={**SECTION, "enabled": enabled})
+
+
+def test_a_burst_of_route_updates_is_applied_in_one_reconcile(openai_backends):
+    """The events process takes what has arrived in one batch; 60 route
+    updates for 3 circuits are one apply (one revision), each circuit ends
+    with the routes of its last event, and every event is recorded."""
+    import asyncio
+
+    from appproxy.subscriber import Subscriber
+
+    a, b = openai_backends("rb1", "rb2", models=("ev",))
+    settings = _settings()
+    WorkerState.objects.create(authority=AUTHORITY, node_id="node-1")
+    raws = [circuit() for _ in range(3)]
+    for raw in raws:
+        events.apply_event(decode(encode_event(CREATED, "args", authority=AUTHORITY, circuits=[raw])), settings)
+    before = current_revision()
+    burst = [
+        encode_event(
+            ROUTE_UPDATED, "payload", authority=AUTHORITY, circuit=raws[i % 3],
+            routes=[route(a if i % 2 else b, ratio=(i + 1) / 100)],
+        )
+        for i in range(60)
+    ]
+    asyncio.run(Subscriber().handle_batch(None, settings, burst))
+    assert current_revision() == before + 1
+    for k, raw in enumerate(raws):
+        (stored,) = Circuit.objects.get(circuit_id=raw["id"]).raw["route_info"]
+        assert stored["traffic_ratio"] == (57 + k + 1) / 100
+    assert len(ours()) == 3
+    assert EventRecord.objects.filter(name=ROUTE_UPDATED, ok=True).count() == 60
