@@ -18,6 +18,7 @@ processes write once); after that the tasks process is the one writer
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 
@@ -33,7 +34,7 @@ from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
 from .redis import async_client
 from .revision import config_error_key, current_revision
-from .selectors import refresh_snapshot
+from .selectors import REFRESHES, refresh_snapshot
 from .services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,18 @@ def _in_thread(fn, *args):
             connections.close_all()
 
     return asyncio.to_thread(run)
+
+
+def _freeze_heap() -> None:
+    """After a snapshot compiled from scratch: collect once, then move every
+    object alive (the new snapshot, Django, the modules) out of the cyclic
+    GC's reach. At 20,000 backends and 100,000 keys a full collection walks
+    ~230,000 objects (~170 ms, all of it a pause on the event loop); frozen,
+    the collector only walks what requests allocate. Frozen objects are still
+    freed by reference counting when a later snapshot drops them (snapshots
+    hold no cycles); collecting first means no garbage is frozen."""
+    gc.collect()
+    gc.freeze()
 
 
 def make_client() -> httpx.AsyncClient:
@@ -167,9 +180,12 @@ class Runtime:
         the change log (a few rows read), or compiled from scratch when the log
         cannot say (router/selectors.py refresh_snapshot)."""
         async with self._reload_lock:
+            compiled = REFRESHES["compiled"]
             snap = await _in_thread(refresh_snapshot, self.snapshot)
             if snap is not self.snapshot:
                 self.install(snap, ready=self._loaded)
+            if REFRESHES["compiled"] != compiled:
+                _freeze_heap()
 
     def install(self, snap: Snapshot, *, ready: bool = True) -> None:
         """Swap in a compiled snapshot (and what is derived from it); `ready`:
