@@ -36,6 +36,7 @@ from router.core.snapshot import EMPTY, Snapshot
 from router.models import Backend, Source
 from router.revision import bump_revision
 from router.services import config_sync, discovered_models_apply
+from tests.appproxy.test_services import circuit
 
 pytestmark = pytest.mark.django_db
 
@@ -61,28 +62,16 @@ def _route(i: int, ratio: float) -> dict:
 
 
 def _circuit(e: int, routes: list[tuple[int, float]]) -> WireCircuit:
+    """Circuit `e` (fixed ids, so a sequence replays) with these (route, ratio)s."""
     return WireCircuit.model_validate(
-        {
-            "id": str(uuid.UUID(int=100 + e)),
-            "app": "svc",
-            "protocol": "http",
-            "worker": str(uuid.UUID(int=99)),
-            "app_mode": "inference",
-            "frontend_mode": "wildcard",
-            "envs": {},
-            "arguments": None,
-            "open_to_public": True,
-            "allowed_client_ips": None,
-            "port": None,
-            "subdomain": f"s{e}",
-            "user_id": None,
-            "endpoint_id": ENDPOINTS[e],
-            "runtime_variant": "vllm" if e else None,
-            "route_info": [_route(10 * e + i, r) for i, r in routes],
-            "session_ids": [],
-            "created_at": "2026-08-10T01:02:03.456789Z",
-            "updated_at": "2026-08-10T01:02:03.456789Z",
-        }
+        circuit(
+            *(_route(10 * e + i, r) for i, r in routes),
+            sub=f"s{e}",
+            variant="vllm" if e else None,
+            id=str(uuid.UUID(int=100 + e)),
+            worker=str(uuid.UUID(int=99)),
+            endpoint_id=ENDPOINTS[e],
+        )
     )
 
 
