@@ -4,6 +4,7 @@
     .venv/bin/python bench/versus.py --server granian --duration 5
     .venv/bin/python bench/versus.py --no-vllm-router     # only direct + this router
     .venv/bin/python bench/versus.py --baseline HEAD~3    # also that commit's router (before/after)
+    .venv/bin/python bench/versus.py --repeat 3           # 3 rounds, medians (a shared machine is noisy)
     .venv/bin/python bench/versus.py --json out.json
 
 One mock backend (bench/bench.py's fake, fakes/openai_backend.py) on CPU 1 with the load generator; each router in
@@ -30,6 +31,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +45,31 @@ from bench import CHAT, PY, ROOT, cpu_seconds, free_port, load, start, stop, wai
 
 BENCH_VENV = ROOT / "var" / "bench-venv"
 VLLM_ROUTER = BENCH_VENV / "bin" / "vllm-router"
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo.extend(int(c) for c in task.read_text().split())
+            except OSError:
+                pass
+    return out
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a server and its worker processes (granian forks its
+    workers; uvicorn with one worker and vllm-router are one process)."""
+    total = 0.0
+    for p in descendants(pid):
+        try:
+            total += cpu_seconds(p)
+        except OSError:
+            pass
+    return total
 
 
 def ensure_vllm_router() -> Path | None:
@@ -68,15 +95,31 @@ async def measure(url: str, pid: int | None, *, duration: float, headers: dict) 
     for name, body, stream in (("non-stream", plain, False), ("stream", streaming, True)):
         for conc in (16, 1):
             await load(url, body, concurrency=conc, duration=min(2.0, duration), stream=stream, headers=headers)
-            c0 = cpu_seconds(pid) if pid else 0.0
+            c0 = tree_cpu(pid) if pid else 0.0
             r = await load(url, body, concurrency=conc, duration=duration if conc > 1 else duration / 2,
                            stream=stream, headers=headers)
-            c1 = cpu_seconds(pid) if pid else 0.0
+            c1 = tree_cpu(pid) if pid else 0.0
             if pid and r["requests"]:
                 r["cpu_ms_per_req"] = (c1 - c0) * 1000 / r["requests"]
             if r["p50_ms"] and r["p99_ms"]:
                 r["p99_over_p50"] = r["p99_ms"] / r["p50_ms"]
             out[f"{name}/{conc}"] = r
+    return out
+
+
+def median_of(rounds: list[dict[str, dict]]) -> dict[str, dict]:
+    """Per target and scenario, the median of each figure over the rounds."""
+    out: dict[str, dict] = {}
+    for target in rounds[0]:
+        out[target] = {}
+        for key in rounds[0][target]:
+            rows = [r[target][key] for r in rounds]
+            merged = {}
+            for field in rows[0]:
+                values = [row.get(field) for row in rows if row.get(field) is not None]
+                merged[field] = statistics.median(values) if values else None
+            merged["errors"] = sum(row["errors"] for row in rows)
+            out[target][key] = merged
     return out
 
 
@@ -94,13 +137,13 @@ def table(results: dict) -> str:
     def f(v, spec=".2f"):
         return format(v, spec) if isinstance(v, (int, float)) else "-"
 
-    lines = [f"{'target':<14}{'scenario':<12}{'conn':>5}{'rps':>8}{'cpu ms/req':>11}{'p50':>8}{'p99':>8}"
+    lines = [f"{'target':<18}{'scenario':<12}{'conn':>5}{'rps':>8}{'cpu ms/req':>11}{'p50':>8}{'p99':>8}"
              f"{'p99/p50':>9}{'+p50':>7}{'+1st':>7}{'err':>5}"]
     for target, rows in results.items():
         for key, r in rows.items():
             name, conc = key.split("/")
             lines.append(
-                f"{target:<14}{name:<12}{conc:>5}{f(r['rps'], '.0f'):>8}{f(r.get('cpu_ms_per_req'), '.3f'):>11}"
+                f"{target:<18}{name:<12}{conc:>5}{f(r['rps'], '.0f'):>8}{f(r.get('cpu_ms_per_req'), '.3f'):>11}"
                 f"{f(r['p50_ms']):>8}{f(r['p99_ms']):>8}{f(r.get('p99_over_p50'), '.1f'):>9}"
                 f"{f(r.get('added_p50_ms')):>7}{f(r.get('added_first_ms')):>7}{r['errors']:>5}"
             )
@@ -149,6 +192,7 @@ async def main() -> None:
     ap.add_argument("--baseline", metavar="REV", help="also measure the router of this git revision")
     ap.add_argument("--log-level", default="INFO", help="this router's ROUTER_LOG_LEVEL")
     ap.add_argument("--router-env", action="append", default=[], help="NAME=VALUE for this router (repeatable)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; each figure is the median over them")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
@@ -175,8 +219,6 @@ async def main() -> None:
                       "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
         procs.append(fake)
         await wait_http(f"http://127.0.0.1:{backend_port}/health")
-        results["direct"] = await measure(durl, None, duration=args.duration, headers=headers)
-
         trees = [("router", ROOT)]
         if args.baseline:
             base = tmp / "baseline"
@@ -184,40 +226,51 @@ async def main() -> None:
             archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, check=True, capture_output=True)
             subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
             trees.insert(0, (f"router@{args.baseline}", base))
-        for label, tree in trees:
-            cmd = router_cmd(args.server if tree == ROOT else "uvicorn", router_port)
-            router = subprocess.Popen(["taskset", "-c", "0", *cmd], env=env, cwd=tree,
-                                      stdout=(tmp / f"{label}.log").open("wb"), stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-            procs.append(router)
-            await wait_http(f"http://127.0.0.1:{router_port}/readyz")
-            results[label] = with_added(await measure(f"http://127.0.0.1:{router_port}/v1/chat/completions",
-                                                      router.pid, duration=args.duration, headers=headers),
-                                        results["direct"])
-            stop(router)
-            procs.remove(router)
-
         vr = None if args.no_vllm_router else ensure_vllm_router()
-        if vr is not None:
-            proc = start([str(vr), "--host", "127.0.0.1", "--port", str(vr_port), "--worker-urls",
-                          f"http://127.0.0.1:{backend_port}", "--policy", "round_robin", "--log-level", "warning"],
-                         env, "0", tmp / "vllm-router.log")
-            procs.append(proc)
-            await wait_http(f"http://127.0.0.1:{vr_port}/health")
-            results["vllm-router"] = with_added(await measure(f"http://127.0.0.1:{vr_port}/v1/chat/completions",
-                                                              proc.pid, duration=args.duration, headers=headers),
-                                                results["direct"])
+        rounds: list[dict[str, dict]] = []
+        for _ in range(args.repeat):
+            # Round by round (every target once per round), so a neighbour's
+            # load on a shared machine falls on all of them alike.
+            one: dict[str, dict] = {"direct": await measure(durl, None, duration=args.duration, headers=headers)}
+            for label, tree in trees:
+                cmd = router_cmd(args.server if tree == ROOT else "uvicorn", router_port)
+                router = subprocess.Popen(["taskset", "-c", "0", *cmd], env=env, cwd=tree,
+                                          stdout=(tmp / f"{label}.log").open("ab"), stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+                procs.append(router)
+                await wait_http(f"http://127.0.0.1:{router_port}/readyz")
+                one[label] = await measure(f"http://127.0.0.1:{router_port}/v1/chat/completions",
+                                           router.pid, duration=args.duration, headers=headers)
+                stop(router)
+                procs.remove(router)
+            if vr is not None:
+                proc = start([str(vr), "--host", "127.0.0.1", "--port", str(vr_port), "--worker-urls",
+                              f"http://127.0.0.1:{backend_port}", "--policy", "round_robin", "--log-level", "warning"],
+                             env, "0", tmp / "vllm-router.log")
+                procs.append(proc)
+                await wait_http(f"http://127.0.0.1:{vr_port}/health")
+                one["vllm-router"] = await measure(f"http://127.0.0.1:{vr_port}/v1/chat/completions",
+                                                   proc.pid, duration=args.duration, headers=headers)
+                stop(proc)
+                procs.remove(proc)
+            rounds.append(one)
+        results = median_of(rounds)
+        for label, rows in results.items():
+            if label != "direct":
+                with_added(rows, results["direct"])
     finally:
         for p in procs:
             stop(p)
     print(f"server={args.server} mock={mock} log_level={args.log_level} duration={args.duration}s "
+          f"rounds={args.repeat} (medians) "
           "(routers pinned to cpu0; mock + load generator on cpu1; ms)")
     print(table(results))
     summ = summary(results)
     print(orjson.dumps(summ, option=orjson.OPT_INDENT_2).decode())
     if args.json:
         Path(args.json).write_text(orjson.dumps({"results": results, "summary": summ, "server": args.server,
-                                                 "mock": mock}, option=orjson.OPT_INDENT_2).decode())
+                                                 "mock": mock, "rounds": rounds},
+                                                option=orjson.OPT_INDENT_2).decode())
     shutil.rmtree(tmp, ignore_errors=True)
 
 
