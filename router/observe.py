@@ -138,7 +138,7 @@ def _emit(obs: dict) -> None:
 
 # Observations emitted per turn of the event loop. A batch is a quarter
 # second of traffic (hundreds at full load); emitted in one go it held the
-# loop for tens of ms, which every request in flight waited out (the p99).
+# loop for several ms at a time, which every request in flight waited out.
 SLICE = 32
 
 
