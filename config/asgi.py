@@ -31,6 +31,7 @@ lean_app = LeanASGIHandler()
 # The admin's CSS/JS (operators only; /v1 never goes through this).
 static_app = ASGIStaticFilesHandler(django_app)
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
+server.settle_gc()  # what the imports built is kept for the process's life
 
 
 async def application(scope, receive, send):
@@ -66,6 +67,7 @@ async def application(scope, receive, send):
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await get_runtime().start()
+                server.settle_gc()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await get_runtime().stop()

@@ -22,6 +22,7 @@ Django's `create_request`, `run_get_response`, `send_response`,
 from __future__ import annotations
 
 import asyncio
+import io
 import tempfile
 
 from django.conf import settings
@@ -102,23 +103,41 @@ class LeanASGIHandler(ASGIHandler):
         body_file.close()
 
     async def read_body(self, receive, limit: int | None = None):  # type: ignore[override]
-        """Django's read_body, stopping as soon as the body passes `limit`."""
-        body_file = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
+        """Django's read_body, stopping as soon as the body passes `limit`.
+
+        As Django's, at most FILE_UPLOAD_MAX_MEMORY_SIZE is held in memory and
+        a larger body spills to a temporary file; a body within it (every
+        usual request) is a plain BytesIO, without the spooled file's wrapper."""
+        in_memory = settings.FILE_UPLOAD_MAX_MEMORY_SIZE
+        chunks: list[bytes] = []
+        body_file = None
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                body_file.close()
+                if body_file is not None:
+                    body_file.close()
                 raise RequestAborted()
             chunk = message.get("body", b"")
             if chunk:
                 size += len(chunk)
                 if limit is not None and size > limit:
-                    body_file.close()
+                    if body_file is not None:
+                        body_file.close()
                     raise _TooLarge()
-                body_file.write(chunk)
+                if body_file is not None:
+                    body_file.write(chunk)
+                elif size > in_memory:
+                    body_file = tempfile.SpooledTemporaryFile(max_size=in_memory, mode="w+b")
+                    body_file.write(b"".join(chunks))
+                    body_file.write(chunk)
+                    chunks = []
+                else:
+                    chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        if body_file is None:
+            return io.BytesIO(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         body_file.seek(0)
         return body_file
 

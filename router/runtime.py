@@ -26,12 +26,12 @@ import httpx
 import orjson
 from django.conf import settings
 from django.db import connections
-from httpx_aiohttp import AiohttpTransport
 
 from . import extensions, observe
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
+from .providers.http import LeanAiohttpTransport
 from .redis import async_client
 from .revision import config_error_key, current_revision
 from .selectors import REFRESHES, refresh_snapshot
@@ -75,7 +75,7 @@ def make_client() -> httpx.AsyncClient:
     ~2 ms/request cheaper than httpx's default pool (docs/performance.md)."""
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30)
     return httpx.AsyncClient(
-        transport=AiohttpTransport(limits=limits, trust_env=False),
+        transport=LeanAiohttpTransport(limits=limits, trust_env=False),
         timeout=httpx.Timeout(600.0, connect=5.0),
         follow_redirects=False,
     )

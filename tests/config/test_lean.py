@@ -188,3 +188,50 @@ async def test_a_lean_request_runs_no_middleware_while_stock_django_keeps_it():
     status, headers, _ = await _get(stock, "/livez")
     # …and present on the stock one.
     assert status == 200 and headers[b"X-Frame-Options"] == b"DENY"
+
+
+# -- the body as the lean handler reads it ------------------------------------
+
+
+def _messages(*chunks: bytes):
+    queue = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+
+    async def receive():
+        return queue.pop(0)
+
+    return receive
+
+
+@override_settings(FILE_UPLOAD_MAX_MEMORY_SIZE=1024)
+async def test_a_body_within_the_memory_size_is_read_whole_into_memory():
+    body = await LeanASGIHandler().read_body(_messages(b'{"model":', b'"m"}'), limit=10_000)
+    assert not hasattr(body, "_rolled")  # a plain in-memory file, no spooled wrapper
+    assert body.read() == b'{"model":"m"}'
+
+
+@override_settings(FILE_UPLOAD_MAX_MEMORY_SIZE=1024)
+async def test_a_body_past_the_memory_size_spills_as_django_s_does():
+    chunks = [bytes([65 + i]) * 700 for i in range(3)]
+    body = await LeanASGIHandler().read_body(_messages(*chunks), limit=10_000)
+    assert body._rolled  # SpooledTemporaryFile moved to disk past max_size
+    assert body.read() == b"".join(chunks)
+    body.close()
+
+
+@override_settings(FILE_UPLOAD_MAX_MEMORY_SIZE=1024)
+async def test_a_body_past_the_limit_is_refused_in_memory_or_spilled():
+    from config.lean import _TooLarge
+
+    for size, limit in ((300, 500), (2000, 3000)):  # still in memory / already spilled
+        with pytest.raises(_TooLarge):
+            await LeanASGIHandler().read_body(_messages(b"x" * size, b"x" * size), limit=limit)
+
+
+def test_settle_gc_moves_what_is_alive_into_the_permanent_generation():
+    import gc
+
+    from config import server
+
+    kept = [object() for _ in range(10)]  # alive now: frozen, never walked again
+    server.settle_gc()
+    assert gc.get_freeze_count() >= len(kept)

@@ -71,3 +71,97 @@ def test_django_skips_logging_a_response_the_door_already_observed(caplog):
         assert len(caplog.records) == 1  # the unmarked one is logged: the test can see logging
         log_response("x", response=observed(HttpResponse(status=502)), request=request)
     assert len(caplog.records) == 1
+
+
+# -- the direct send (router.providers.http.LeanAiohttpTransport) -------------
+
+# httpx-aiohttp's handle_async_request as `send_direct` was written from.
+HANDLE_ASYNC_REQUEST = "8aa971b748d413ba"  # httpx-aiohttp 0.2.0
+
+
+def test_send_direct_was_written_from_this_handle_async_request():
+    import hashlib
+    import inspect
+    import textwrap
+
+    from httpx_aiohttp import AiohttpTransport as Base
+
+    source = textwrap.dedent(inspect.getsource(Base.handle_async_request))
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == HANDLE_ASYNC_REQUEST, (
+        "httpx-aiohttp changed AiohttpTransport.handle_async_request: re-read it and make "
+        "router.providers.http.LeanAiohttpTransport.send_direct do what it does, then update the digest."
+    )
+
+
+async def _capture_server():
+    """A one-answer-per-request HTTP/1.1 server that records each request as it came."""
+    import asyncio
+
+    seen: list[bytes] = []
+
+    async def serve(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length)
+                seen.append(head + body)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n"
+                             b"x-upstream: yes\r\n\r\n{}")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+def _lines(raw: bytes) -> tuple[bytes, list[bytes], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    request_line, *headers = head.split(b"\r\n")
+    return request_line, sorted(h.lower() for h in headers), body
+
+
+async def test_send_direct_sends_what_the_httpx_request_path_sent():
+    """Same request line, headers (a configured non-ASCII value included) and
+    body on the wire, and the same answer, through either entry."""
+    from router.core.backend import BackendSpec
+    from router.providers.http import LeanAiohttpTransport, send
+
+    server, port, seen = await _capture_server()
+    transport = LeanAiohttpTransport(trust_env=False)
+    spec = BackendSpec(name="b", url=f"http://127.0.0.1:{port}", headers=(("X-Team", "équipe"),))
+    try:
+        answers = []
+        for direct in (True, False):
+            headers = {"content-type": "application/json", "accept-encoding": "identity", "x-team": "équipe",
+                       "x-request-id": "r1"}
+            if direct:
+                got = await send(transport, spec, f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 content=b'{"model":"m"}', headers=headers, stream=False)
+            else:
+                plain = _PlainPath()
+                plain.inner = transport
+                got = await send(plain, spec, f"http://127.0.0.1:{port}/v1/chat/completions",
+                                 content=b'{"model":"m"}', headers=headers, stream=False)
+            answers.append((got.response.status_code, got.response.headers.get("x-upstream"), got.first))
+        assert answers[0] == answers[1] == (200, "yes", b"{}")
+        assert len(seen) == 2
+        assert _lines(seen[0]) == _lines(seen[1])
+    finally:
+        await transport.aclose()
+        server.close()
+        await server.wait_closed()
+
+
+class _PlainPath(httpx.AsyncBaseTransport):
+    """The same aiohttp transport reached only through handle_async_request
+    (what send() did before send_direct)."""
+
+    inner: httpx.AsyncBaseTransport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.inner.handle_async_request(request)
