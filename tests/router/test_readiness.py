@@ -34,13 +34,14 @@ def test_readyz_stays_503_until_the_configured_models_route(openai_backends):
         assert ready.json()["checks"]["snapshot"] is False
         chat = _chat(proc)
         assert chat.status_code == 503, chat.text  # not 404: the node is not serving yet
-    finally:
+
         lock.execute("ROLLBACK")
-        lock.close()
-    try:
         wait_until(lambda: httpx.get(proc.url + "/readyz", timeout=5).status_code == 200, 60, what="ready")
         assert _chat(proc).status_code == 200
     finally:
+        if lock.in_transaction:
+            lock.execute("ROLLBACK")
+        lock.close()
         proc.stop()
 
 
