@@ -1,0 +1,863 @@
+"""Cluster-scale benchmark (issue 13): how the node behaves with a cluster's worth of state.
+
+    .venv/bin/python bench/scale.py                        # full size, SQLite and PostgreSQL
+    .venv/bin/python bench/scale.py --scale 0.05 --db sqlite   # a quick run
+    .venv/bin/python bench/scale.py --small                # the 10-backend baseline only
+    .venv/bin/python bench/scale.py --json scale.json
+
+State, built from scratch per database (a temp SQLite file; a fresh temp
+PostgreSQL database that is created and dropped): at full size 20,000 backends
+(5,000 "circuits" x 4 replicas, written as one YAML file of 20,000 backends),
+100,000 API keys, 2,000 model names; ``--scale F`` multiplies the sizes.
+
+How the state is built (and why):
+- backends: the YAML file is applied by the node itself (the web processes'
+  and the tasks process's own ``config_sync`` at their first start): the
+  real write path, and what the cold-start row measures;
+- keys: 100,000 ``key_create`` calls (one transaction + revision bump + a
+  snapshot reload in every web process each) would take hours, so the keys
+  are bulk-inserted with the real model (``keys.models.ApiKey``) and the same
+  field shapes ``keys.services`` writes (source ``operator``, hash-only via
+  ``keys.keyring.hash_key``, ``mask_key`` hint, empty allow-lists), in one
+  transaction with one ``bump_revision`` -- as a service would;
+- every later change goes through the public write paths: ``key_revoke``,
+  ``manage.py routerbackend add`` (``call_command``, the admin-side backend
+  path), YAML file edits picked up by the tasks process's own watcher, and
+  ``config_sync`` called in-process for the reconcile rows.
+
+Only ``api_keys.mode: blocking`` YAML mode is measured here: ROUTER mode
+(fake coordinator) rows print ``n/a`` (see docs/performance.md#scale).
+Active health probes are off (``health.enabled: false``) so 20,000 probes do
+not measure the fake backends; all backend URLs point at a few fake backend
+processes (fakes/openai_backend.py).
+
+The node under test is started as ``manage.py runnode`` would: two separate
+uvicorn web processes on two ports (so each is polled on its own), the Celery
+worker (tasks) and beat; a temp ``ROUTER_VAR_DIR`` and a unique Redis
+namespace (``ROUTER_REDIS_PREFIX``) per run. Every step has a time budget:
+a step that cannot finish prints ``n/a (reason)`` or says what was capped.
+
+The parent process runs one child process per database (Django is set up
+once per process, with the node's DATABASE_URL) and merges their rows into
+one table; ``--json FILE`` writes every raw number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+FULL = {"backends": 20_000, "keys": 100_000, "models": 2_000}
+SMALL = {"backends": 10, "keys": 100, "models": 5}
+FAKE_BACKENDS = 3
+
+
+# -- small helpers -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process and its threads, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * PAGE / 2**20
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def dist(values: list[float | None]) -> dict[str, Any]:
+    """p50/p95/max of seconds (None = not visible within the timeout)."""
+    seen = [v for v in values if v is not None]
+    return {"n": len(values), "timeouts": len(values) - len(seen), "p50": pct(seen, 0.5), "p95": pct(seen, 0.95),
+            "p99": pct(seen, 0.99), "max": max(seen) if seen else None}
+
+
+def ms(v: float | None) -> str:
+    return "-" if v is None else (f"{v * 1000:.0f}" if v >= 0.1 else f"{v * 1000:.1f}")
+
+
+def fmt_dist(d: dict[str, Any], unit: str = "ms") -> str:
+    if not d.get("n"):
+        return "n/a (no samples)"
+    if d["p50"] is None:
+        return f"n/a (all {d['n']} timed out)"
+    text = f"{ms(d['p50'])}/{ms(d['p95'])}/{ms(d['max'])} {unit}"
+    if d["timeouts"]:
+        text += f" ({d['timeouts']}/{d['n']} timed out)"
+    return text
+
+
+class Proc:
+    """A child process in its own process group (stopped by its own id only)."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict, log: Path) -> None:
+        self.name = name
+        self.log = log
+        self.p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def alive(self) -> bool:
+        return self.p.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.p.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.p.pid, signal.SIGTERM)
+        try:
+            self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait(5)
+
+
+# -- the child: one database ---------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.db = args.worker
+        sizes = SMALL if args.small else {k: max(1, round(v * args.scale)) for k, v in FULL.items()}
+        sizes["backends"] = max(4, sizes["backends"] - sizes["backends"] % 4)
+        sizes["keys"] = max(sizes["keys"], args.reps * 2 + 10)
+        self.sizes = sizes
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"router-scale-{self.db}-"))
+        self.run_id = uuid.uuid4().hex[:10]
+        self.pg_name = f"router_scale_{self.run_id}"
+        self.yaml_path = self.tmp / "router.yaml"
+        self.status_token = "scale-" + uuid.uuid4().hex
+        self.results: dict[str, Any] = {"db": self.db, "sizes": sizes, "small": bool(args.small), "scale": args.scale}
+        self.notes: list[str] = []
+        self.procs: dict[str, Proc] = {}
+        self.web_ports = [free_port(), free_port()]
+        self.backend_ports = [free_port() for _ in range(FAKE_BACKENDS)]
+        self.yaml_extra: list[str] = []  # backends appended by the YAML-edit step
+        self.weight0 = 100
+        self.plain: list[str] = []  # plaintexts of the first keys (the rest are hashes only)
+
+    # ---- environment ----
+    def env(self) -> dict[str, str]:
+        if self.db == "sqlite":
+            url = f"sqlite:///{self.tmp / 'db.sqlite3'}"
+        else:
+            url = f"postgres://postgres@127.0.0.1:5432/{self.pg_name}"
+        return {
+            **os.environ,
+            "DATABASE_URL": url,
+            "ROUTER_VAR_DIR": str(self.tmp),
+            "ROUTER_CONFIG": str(self.yaml_path),
+            "ROUTER_REDIS_PREFIX": f"router-scale:{self.run_id}:",
+            "ROUTER_LOG_LEVEL": self.args.log_level,
+            "ROUTER_STATUS_TOKEN": self.status_token,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DJANGO_SECRET_KEY": "scale-bench-" + self.run_id,
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def create_database(self) -> None:
+        if self.db != "postgres":
+            return
+        import psycopg
+
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.pg_name}"')
+
+    def drop_database(self) -> None:
+        if self.db != "postgres":
+            return
+        import psycopg
+
+        with contextlib.suppress(Exception), psycopg.connect(
+            "postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True
+        ) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+
+    def cleanup_redis(self) -> None:
+        with contextlib.suppress(Exception):
+            import redis
+
+            r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+            prefix = f"router-scale:{self.run_id}:"
+            for key in r.scan_iter(match=prefix + "*", count=1000):
+                r.delete(key)
+
+    # ---- state ----
+    def model_of(self, i: int) -> str:
+        return f"m{(i // 4) % self.sizes['models']:05d}"
+
+    def write_yaml(self) -> None:
+        lines = ["backends:"]
+        for i in range(self.sizes["backends"]):
+            port = self.backend_ports[i % FAKE_BACKENDS]
+            weight = self.weight0 if i == 0 else 100
+            lines.append(f"  - {{name: c{i // 4:05d}-r{i % 4}, url: 'http://127.0.0.1:{port}', "
+                         f"models: [{self.model_of(i)}], weight: {weight}}}")
+        lines += self.yaml_extra
+        lines += ["api_keys:", "  mode: blocking", "health:", "  enabled: false", ""]
+        tmp = self.yaml_path.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines))
+        os.replace(tmp, self.yaml_path)  # the watcher never sees half a file
+
+    def bulk_keys(self) -> float:
+        from django.db import transaction
+
+        from keys.keyring import hash_key, mask_key
+        from keys.models import ApiKey, KeySource
+        from keys.services import new_plaintext
+        from router.revision import bump_revision
+
+        t0 = time.perf_counter()
+        n = self.sizes["keys"]
+        with transaction.atomic():
+            batch = []
+            for i in range(n):
+                plaintext = new_plaintext()
+                if i < self.args.reps * 2 + 10:
+                    self.plain.append(plaintext)
+                batch.append(ApiKey(name=f"scale-{i:06d}", source=KeySource.OPERATOR, key_hash=hash_key(plaintext),
+                                    hint=mask_key(plaintext), allowed_models=[], allowed_client_ips=[]))
+                if len(batch) >= 5000:
+                    ApiKey.objects.bulk_create(batch)
+                    batch = []
+            if batch:
+                ApiKey.objects.bulk_create(batch)
+            bump_revision(f"bench: {n} keys bulk-inserted")
+        return time.perf_counter() - t0
+
+    # ---- node processes ----
+    def start_tasks(self) -> None:
+        env = self.env()
+        node = self.run_id
+        self.procs["tasks"] = Proc("tasks", [PY, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
+                                             "--concurrency", "4", "--loglevel", "WARNING", "--without-mingle",
+                                             "--without-gossip", "-n", f"tasks-{node}@%h"], env, self.tmp / "tasks.log")
+        self.procs["beat"] = Proc("beat", [PY, "-m", "celery", "-A", "config", "beat", "--loglevel", "WARNING",
+                                           "--schedule", str(self.tmp / "celerybeat-schedule")], env, self.tmp / "beat.log")
+
+    def start_webs(self) -> None:
+        env = self.env()
+        for i, port in enumerate(self.web_ports):
+            cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+                   "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log",
+                   "--log-level", "warning", "--timeout-graceful-shutdown", "5", "--no-proxy-headers"]
+            self.procs[f"web{i}"] = Proc(f"web{i}", cmd, env, self.tmp / f"web{i}.log")
+
+    def stop_node(self) -> None:
+        for name in ("web0", "web1", "beat", "tasks"):
+            proc = self.procs.pop(name, None)
+            if proc is not None:
+                proc.stop()
+
+    def web_pids(self) -> list[int]:
+        return [self.procs["web0"].pid, self.procs["web1"].pid]
+
+    # ---- HTTP ----
+    def url(self, port: int, path: str) -> str:
+        return f"http://127.0.0.1:{port}{path}"
+
+    async def chat(self, s: aiohttp.ClientSession, port: int, model: str, key: str | None = None) -> int:
+        body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        headers = {"content-type": "application/json", "authorization": f"Bearer {key or self.plain[0]}"}
+        try:
+            async with s.post(self.url(port, "/v1/chat/completions"), data=body, headers=headers) as r:
+                await r.read()
+                return r.status
+        except (aiohttp.ClientError, TimeoutError):
+            return -1
+
+    async def get_status(self, s: aiohttp.ClientSession, port: int, path: str, key: str | None = None) -> int:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        try:
+            async with s.get(self.url(port, path), headers=headers) as r:
+                await r.read()
+                return r.status
+        except (aiohttp.ClientError, TimeoutError):
+            return -1
+
+    async def visible(self, s: aiohttp.ClientSession, t0: float, probe, timeout: float) -> list[float | None]:
+        """Seconds from t0 until probe(port) is true, per web process (poll ~5 ms)."""
+
+        async def one(port: int) -> float | None:
+            deadline = t0 + timeout
+            while time.perf_counter() < deadline:
+                if await probe(port):
+                    return time.perf_counter() - t0
+                await asyncio.sleep(0.005)
+            return None
+
+        return list(await asyncio.gather(*(one(p) for p in self.web_ports)))
+
+    async def quiesce(self, timeout: float = 120.0) -> float:
+        """Wait until the web processes are idle (< 20 % CPU over 0.5 s): a
+        step never starts while the previous one's reloads still run."""
+        t0 = time.perf_counter()
+        pids = self.web_pids()
+        while time.perf_counter() - t0 < timeout:
+            c0 = [cpu_seconds(p) for p in pids]
+            await asyncio.sleep(0.5)
+            if all(cpu_seconds(p) - c < 0.1 for p, c in zip(pids, c0, strict=True)):
+                break
+        return time.perf_counter() - t0
+
+    # ---- steps ----
+    async def cold_start(self, s: aiohttp.ClientSession, label: str) -> None:
+        """Start both web processes; seconds to /readyz 200 and to a configured model routing."""
+        timeout = self.args.start_timeout
+        t0 = time.perf_counter()
+        self.start_webs()
+        last_model = self.model_of(self.sizes["backends"] - 1)
+
+        async def ready(port: int) -> bool:
+            return await self.get_status(s, port, "/readyz") == 200
+
+        async def routable(port: int) -> bool:
+            return (await self.chat(s, port, self.model_of(0)) == 200
+                    and await self.chat(s, port, last_model) == 200)
+
+        seen_ready, seen_route = await asyncio.gather(self.visible(s, t0, ready, timeout),
+                                                      self.visible(s, t0, routable, timeout))
+        row = {"readyz_s": seen_ready, "routable_s": seen_route, "timeout_s": timeout}
+        if None not in seen_ready and None not in seen_route:
+            row["gap_s"] = max(seen_route) - max(seen_ready)
+        self.results[label] = row
+
+    async def reconcile_in_process(self) -> None:
+        """config_sync (the YAML writer) called here, node stopped: CPU ms and
+        rows written for a pull that finds nothing and one that finds one change."""
+        from django.db import connection
+
+        from router.services import config_sync
+
+        class Counter:
+            def __init__(self) -> None:
+                self.statements = 0
+                self.rows = 0
+                self.writes = 0
+
+            def __call__(self, execute, sql, params, many, context):
+                result = execute(sql, params, many, context)
+                self.statements += 1
+                verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+                if verb in ("INSERT", "UPDATE", "DELETE"):
+                    self.writes += 1
+                    rc = getattr(context.get("cursor"), "rowcount", 0) or 0
+                    self.rows += max(rc, 0)
+                return result
+
+        def measure(touch: bool) -> dict[str, Any]:
+            if touch:
+                self.weight0 = 101 if self.weight0 == 100 else 100
+                self.write_yaml()
+            counter = Counter()
+            c0, w0 = time.process_time(), time.perf_counter()
+            with connection.execute_wrapper(counter):
+                changed = config_sync(self.yaml_path)
+            return {"changed": changed, "cpu_ms": (time.process_time() - c0) * 1000,
+                    "wall_ms": (time.perf_counter() - w0) * 1000, "statements": counter.statements,
+                    "write_statements": counter.writes, "rows_written": counter.rows}
+
+        self.results["reconcile_nothing"] = measure(False)
+        self.results["reconcile_one"] = measure(True)
+
+    async def revocations(self, s: aiohttp.ClientSession) -> None:
+        from keys.keyring import hash_key
+        from keys.models import ApiKey
+        from keys.services import key_revoke
+
+        times: list[float | None] = []
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"key revocation capped at {i} of {self.args.reps} repetitions (step budget)")
+                break
+            key = self.plain[i + 1]
+            # the key works everywhere first (so the change is what we time)
+            ok = await self.visible(s, time.perf_counter(),
+                                    lambda p, k=key: self._status_is(s, p, self.model_of(0), k, 200), 30)
+            if None in ok:
+                times.append(None)
+                continue
+            row = ApiKey.objects.get(key_hash=hash_key(key))
+            key_revoke(row)
+            t0 = time.perf_counter()
+            seen = await self.visible(s, t0, lambda p, k=key: self._status_is(s, p, self.model_of(0), k, 401),
+                                      self.args.change_timeout)
+            times.extend(seen)
+        self.results["revoke"] = dist(times)
+
+    async def _status_is(self, s, port, model, key, status) -> bool:
+        return await self.chat(s, port, model, key) == status
+
+    def admin_add(self, name: str, model: str, weight: int = 100) -> None:
+        from django.core.management import call_command
+
+        call_command("routerbackend", "add", "--name", name, "--url", f"http://127.0.0.1:{self.backend_ports[0]}",
+                     "--models", model, "--weight", str(weight), stdout=io.StringIO())
+
+    async def backend_adds(self, s: aiohttp.ClientSession) -> None:
+        times: list[float | None] = []
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"backend add capped at {i} of {self.args.reps} repetitions (step budget)")
+                break
+            model = f"adm-{i}"
+            self.admin_add(f"scale-adm-{i}", model)
+            t0 = time.perf_counter()
+            times.extend(await self.visible(s, t0, lambda p, m=model: self._status_is(s, p, m, None, 200),
+                                            self.args.change_timeout))
+        self.results["backend_add"] = dist(times)
+
+    async def yaml_edits(self, s: aiohttp.ClientSession) -> None:
+        times: list[float | None] = []
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"YAML edit capped at {i} of {self.args.reps} repetitions (step budget)")
+                break
+            model = f"ynew-{i}"
+            self.yaml_extra.append(f"  - {{name: yaml-new-{i}, url: 'http://127.0.0.1:{self.backend_ports[1]}', "
+                                   f"models: [{model}]}}")
+            self.write_yaml()
+            t0 = time.perf_counter()
+            seen = await self.visible(s, t0, lambda p, m=model: self._status_is(s, p, m, None, 200),
+                                      self.args.change_timeout)
+            times.extend(seen)
+            if None in seen:  # the node is behind: the next edit would measure the backlog
+                self.notes.append(f"YAML edit stopped after {i + 1} repetitions (one not visible in "
+                                  f"{self.args.change_timeout:.0f} s)")
+                break
+        self.results["yaml_edit"] = dist(times)
+
+    async def request_loop(self, s: aiohttp.ClientSession, port: int, stop: threading.Event | None,
+                           duration: float) -> list[float]:
+        lat: list[float] = []
+        end = time.perf_counter() + duration
+        model = self.model_of(0)
+        while time.perf_counter() < end and not (stop is not None and stop.is_set()):
+            t = time.perf_counter()
+            status = await self.chat(s, port, model)
+            if status == 200:
+                lat.append(time.perf_counter() - t)
+        return lat
+
+    async def loop_during_burst(self, s: aiohttp.ClientSession) -> None:
+        port = self.web_ports[0]
+        steady = await self.request_loop(s, port, None, self.args.loop_seconds)
+        n = self.args.burst_changes
+        done = threading.Event()
+        errors: list[str] = []
+
+        def burst() -> None:
+            try:
+                for i in range(n):
+                    self.admin_add(f"scale-b3-{i}", f"b3-{i}")
+            except Exception as exc:  # reported, never raised into the loop
+                errors.append(repr(exc))
+            finally:
+                done.set()
+
+        stop = threading.Event()
+        t0 = time.perf_counter()
+        thread = threading.Thread(target=burst, daemon=True)
+        thread.start()
+
+        async def watcher() -> float | None:
+            deadline = t0 + self.args.step_budget
+            while not done.is_set() and time.perf_counter() < deadline:
+                await asyncio.sleep(0.01)
+            last = f"b3-{n - 1}"
+            while time.perf_counter() < deadline:
+                if await self.chat(s, port, last) == 200:
+                    applied = time.perf_counter() - t0
+                    # the loop runs at least as long as the steady one did
+                    await asyncio.sleep(max(0.0, t0 + self.args.loop_seconds - time.perf_counter()))
+                    stop.set()
+                    return applied
+                await asyncio.sleep(0.05)
+            stop.set()
+            return None
+
+        during, applied = await asyncio.gather(self.request_loop(s, port, stop, self.args.step_budget + 5), watcher())
+        thread.join(30)
+        sd, bd = dist(steady), dist(during)
+        self.results["loop"] = {"steady": sd, "burst": bd, "burst_changes": n, "burst_applied_s": applied,
+                                "errors": errors,
+                                "ratio_p99": (bd["p99"] / sd["p99"]) if sd["p99"] and bd["p99"] else None}
+
+    async def route_burst(self, s: aiohttp.ClientSession) -> None:
+        n = self.args.burst_updates
+        period = self.args.burst_seconds / n
+        errors: list[str] = []
+        t_start = time.perf_counter()
+        t_last: list[float] = []
+
+        def burst() -> None:
+            try:
+                for i in range(n):
+                    due = t_start + i * period
+                    wait = due - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                    self.admin_add(f"scale-b4-{i}", f"b4-{i}")
+            except Exception as exc:
+                errors.append(repr(exc))
+            finally:
+                t_last.append(time.perf_counter())
+
+        await asyncio.to_thread(burst)
+        sent_s = t_last[0] - t_start
+        last = f"b4-{n - 1}"
+        seen = await self.visible(s, t_last[0], lambda p: self._status_is(s, p, last, None, 200),
+                                  self.args.burst_timeout)
+        lost: list[int | None] = []
+        for port in self.web_ports:
+            try:
+                async with s.get(self.url(port, "/v1/models"),
+                                 headers={"authorization": f"Bearer {self.plain[0]}"}) as r:
+                    names = {m["id"] for m in orjson.loads(await r.read())["data"]}
+                lost.append(sum(1 for i in range(n) if f"b4-{i}" not in names))
+            except Exception:
+                lost.append(None)
+        self.results["route_burst"] = {"updates": n, "sent_s": sent_s, "after_last_s": seen, "lost": lost,
+                                       "errors": errors, "timeout_s": self.args.burst_timeout}
+
+    async def cpu_per_request(self, s: aiohttp.ClientSession) -> None:
+        port, pid = self.web_ports[0], self.web_pids()[0]
+        conns, duration = 8, self.args.loop_seconds
+        body = orjson.dumps({"model": self.model_of(0), "messages": [{"role": "user", "content": "hi"}]})
+        headers = {"content-type": "application/json", "authorization": f"Bearer {self.plain[0]}"}
+        count = 0
+
+        async def worker(end: float) -> None:
+            nonlocal count
+            while time.perf_counter() < end:
+                try:
+                    async with s.post(self.url(port, "/v1/chat/completions"), data=body, headers=headers) as r:
+                        await r.read()
+                        count += r.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+
+        end = time.perf_counter() + 1.0
+        await asyncio.gather(*(worker(end) for _ in range(conns)))  # warm up
+        count = 0
+        c0 = cpu_seconds(pid)
+        end = time.perf_counter() + duration
+        await asyncio.gather(*(worker(end) for _ in range(conns)))
+        c1 = cpu_seconds(pid)
+        models_lat: list[float] = []
+        for _ in range(30):
+            t = time.perf_counter()
+            if await self.get_status(s, port, "/v1/models", self.plain[0]) == 200:
+                models_lat.append(time.perf_counter() - t)
+        self.results["cpu"] = {"requests": count, "connections": conns,
+                               "cpu_ms_per_req": (c1 - c0) * 1000 / count if count else None,
+                               "models_p50_s": pct(models_lat, 0.5), "models_n": len(models_lat)}
+
+    def rss(self, label: str) -> None:
+        self.results[label] = {f"web{i}": rss_mb(pid) for i, pid in enumerate(self.web_pids())}
+
+    # ---- the run ----
+    async def run(self) -> dict[str, Any]:
+        env = self.env()
+        t_all = time.perf_counter()
+        try:
+            self.create_database()
+            for k, v in env.items():
+                os.environ[k] = v
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # sync ORM calls from this bench's loop
+            t0 = time.perf_counter()
+            self.write_yaml()  # before migrate: its system check wants the file
+            self.results["build_yaml_write_s"] = time.perf_counter() - t0
+            subprocess.run([PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
+            import django
+
+            django.setup()
+            for i, port in enumerate(self.backend_ports):
+                self.procs[f"backend{i}"] = Proc(f"backend{i}", [PY, "-m", "fakes.openai_backend", "--port", str(port),
+                                                                 "--name", f"fake-{i}", "--models", "x", "--quiet"],
+                                                 env, self.tmp / f"backend{i}.log")
+            self.results["build_keys_s"] = self.bulk_keys()
+            timeout = aiohttp.ClientTimeout(total=30)
+            connector = aiohttp.TCPConnector(limit=64)
+            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as s:
+                # 1. first boot: the node applies the YAML itself (tasks + both webs at once)
+                self.start_tasks()
+                await self.step("cold_first", self.cold_start(s, "cold_first"))
+                self.stop_node()
+                # 5. reconcile, in-process, node stopped
+                await self.step("reconcile", self.reconcile_in_process())
+                # 1. restart: the state is already in the DB
+                self.start_tasks()
+                await self.step("cold_restart", self.cold_start(s, "cold_restart"))
+                if not all(p.alive() for p in self.procs.values()):
+                    raise RuntimeError("a node process died: " + ", ".join(
+                        n for n, p in self.procs.items() if not p.alive()))
+                await self.quiesce()
+                self.rss("rss_start")
+                await self.step("cpu", self.cpu_per_request(s))
+                if not self.args.basic:
+                    for name, step in (("revoke", self.revocations), ("backend_add", self.backend_adds),
+                                       ("yaml_edit", self.yaml_edits), ("loop", self.loop_during_burst),
+                                       ("route_burst", self.route_burst)):
+                        waited = await self.quiesce()
+                        if waited > 60:
+                            self.notes.append(f"waited {waited:.0f} s for the web processes to go idle before {name}")
+                        await self.step(name, step(s))
+                    await self.quiesce()
+                    self.rss("rss_after")
+        finally:
+            self.stop_node()
+            for name in list(self.procs):
+                self.procs.pop(name).stop()
+            with contextlib.suppress(Exception):
+                from django.db import connections
+
+                connections.close_all()
+            self.drop_database()
+            self.cleanup_redis()
+            if self.args.keep:
+                self.notes.append(f"kept {self.tmp}")
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        self.results["notes"] = self.notes
+        self.results["total_s"] = time.perf_counter() - t_all
+        return self.results
+
+    async def step(self, name: str, coro) -> None:
+        t0 = time.perf_counter()
+        try:
+            await asyncio.wait_for(coro, self.args.step_budget + 300)
+        except Exception as exc:
+            self.results.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
+        self.results.setdefault("step_s", {})[name] = time.perf_counter() - t0
+
+
+# -- the parent: one child per database, one table -------------------------------------
+
+
+def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str, str]:
+    """Display strings of one database's results (key → cell)."""
+    if r is None:
+        return {}
+    err = r.get("errors", {})
+    out: dict[str, str] = {}
+
+    def na(step: str) -> str:
+        return f"n/a ({err[step]})" if step in err else "n/a (not measured)"
+
+    for label in ("cold_first", "cold_restart"):
+        c = r.get(label)
+        if c:
+            rd = [v for v in c["readyz_s"] if v is not None]
+            ro = [v for v in c["routable_s"] if v is not None]
+            out[f"{label}_ready"] = f"{max(rd):.1f} s" if len(rd) == 2 else f"n/a (not 200 in {c['timeout_s']:.0f} s)"
+            out[f"{label}_route"] = f"{max(ro):.1f} s" if len(ro) == 2 else f"n/a (not 200 in {c['timeout_s']:.0f} s)"
+            out[f"{label}_gap"] = f"{c['gap_s']:.1f} s" if "gap_s" in c else "n/a"
+        else:
+            out[f"{label}_ready"] = out[f"{label}_route"] = out[f"{label}_gap"] = na(label)
+    for key in ("revoke", "backend_add", "yaml_edit"):
+        out[key] = fmt_dist(r[key]) if key in r else na(key)
+    out["publication"] = "n/a (ROUTER mode not in this version)"
+    loop = r.get("loop")
+    if loop:
+        sd, bd = loop["steady"], loop["burst"]
+        out["loop_steady"] = f"{ms(sd['p50'])}/{ms(sd['p99'])}/{ms(sd['max'])} ms"
+        applied = f"{loop['burst_applied_s']:.1f} s" if loop["burst_applied_s"] is not None else "not applied"
+        out["loop_burst"] = (f"{ms(bd['p50'])}/{ms(bd['p99'])}/{ms(bd['max'])} ms "
+                             f"({loop['burst_changes']} changes, applied after {applied})")
+        out["loop_ratio"] = f"{loop['ratio_p99']:.1f}x" if loop["ratio_p99"] else "n/a"
+    else:
+        out["loop_steady"] = out["loop_burst"] = out["loop_ratio"] = na("loop")
+    b = r.get("route_burst")
+    if b:
+        seen = b["after_last_s"]
+        when = (f"{max(seen):.1f} s" if None not in seen
+                else f"n/a (not applied in {b['timeout_s']:.0f} s after the last)")
+        out["burst_applied"] = f"{when} (sent in {b['sent_s']:.1f} s)"
+        out["burst_lost"] = "/".join("?" if x is None else str(x) for x in b["lost"]) + f" of {b['updates']}"
+    else:
+        out["burst_applied"] = out["burst_lost"] = na("route_burst")
+    for key, label in (("reconcile_nothing", "rec_nothing"), ("reconcile_one", "rec_one")):
+        x = r.get(key)
+        out[label] = (f"{x['cpu_ms']:.0f} ms CPU, {x['rows_written']} rows ({x['write_statements']} writes)"
+                      if x else na("reconcile"))
+    cpu = r.get("cpu")
+    scpu = (small or {}).get("cpu") or {}
+    if cpu:
+        out["cpu_req"] = (f"{cpu['cpu_ms_per_req']:.2f} ms" if cpu["cpu_ms_per_req"] else "n/a") + (
+            f" (small: {scpu['cpu_ms_per_req']:.2f})" if scpu.get("cpu_ms_per_req") else "")
+        out["models_p50"] = ms(cpu["models_p50_s"]) + " ms" + (
+            f" (small: {ms(scpu['models_p50_s'])})" if scpu.get("models_p50_s") else "")
+    else:
+        out["cpu_req"] = out["models_p50"] = na("cpu")
+    for key, label in (("rss_start", "rss_start"), ("rss_after", "rss_after")):
+        x = r.get(key)
+        out[label] = " / ".join(f"{v:.0f}" for v in x.values()) + " MB" if x else "n/a"
+    return out
+
+
+LABELS = [
+    ("cold_first_ready", "1 first boot (node applies YAML): /readyz 200"),
+    ("cold_first_route", "1 first boot: configured models routable"),
+    ("cold_first_gap", "1 first boot: routable minus readyz"),
+    ("cold_restart_ready", "1 restart (state in DB): /readyz 200"),
+    ("cold_restart_route", "1 restart: configured models routable"),
+    ("cold_restart_gap", "1 restart: routable minus readyz"),
+    ("revoke", "2a key revoke -> 401 everywhere p50/p95/max"),
+    ("backend_add", "2b admin backend add -> routable p50/p95/max"),
+    ("publication", "2c publication edit -> routable"),
+    ("yaml_edit", "2d YAML edit (new backend) -> routable"),
+    ("loop_steady", "3 1-conn loop, no changes p50/p99/max"),
+    ("loop_burst", "3 1-conn loop during change burst"),
+    ("loop_ratio", "3 p99 ratio burst/steady"),
+    ("burst_applied", "4 1000 route updates: applied after last"),
+    ("burst_lost", "4 lost (web0/web1)"),
+    ("rec_nothing", "5 reconcile, nothing changed"),
+    ("rec_one", "5 reconcile, one change"),
+    ("cpu_req", "6 router CPU per request (8 conns)"),
+    ("models_p50", "6 /v1/models p50"),
+    ("rss_start", "7 RSS web0 / web1 at start"),
+    ("rss_after", "7 RSS web0 / web1 after the changes"),
+]
+
+
+def run_child(args: argparse.Namespace, db: str, small: bool, out: Path) -> dict[str, Any] | None:
+    cmd = [PY, __file__, "--worker", db, "--child-json", str(out), "--scale", str(args.scale), "--reps", str(args.reps),
+           "--step-budget", str(args.step_budget), "--change-timeout", str(args.change_timeout),
+           "--start-timeout", str(args.start_timeout), "--loop-seconds", str(args.loop_seconds),
+           "--burst-changes", str(args.burst_changes), "--burst-updates", str(args.burst_updates),
+           "--burst-seconds", str(args.burst_seconds), "--burst-timeout", str(args.burst_timeout),
+           "--log-level", args.log_level]
+    if small:
+        cmd += ["--small", "--basic"]
+    if args.keep:
+        cmd.append("--keep")
+    what = "small baseline" if small else f"scale {args.scale}"
+    print(f"[scale] {db}: {what} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try:
+        subprocess.run(cmd, cwd=ROOT, timeout=args.child_timeout, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"[scale] {db}: {what} exceeded {args.child_timeout:.0f} s", file=sys.stderr)
+        return None
+    print(f"[scale] {db}: {what} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return orjson.loads(out.read_bytes()) if out.exists() else None
+
+
+def parent(args: argparse.Namespace) -> None:
+    dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    tmp = Path(tempfile.mkdtemp(prefix="router-scale-"))
+    results: dict[str, dict[str, Any]] = {}
+    for db in dbs:
+        small = run_child(args, db, True, tmp / f"{db}-small.json")
+        big = None if args.small else run_child(args, db, False, tmp / f"{db}.json")
+        results[db] = {"small": small, "scale": big}
+    shutil.rmtree(tmp, ignore_errors=True)
+    sizes = SMALL if args.small else {k: max(1, round(v * args.scale)) for k, v in FULL.items()}
+    print(f"\nbench/scale.py: {'--small' if args.small else f'--scale {args.scale}'} "
+          f"(~{sizes['backends']} backends, {sizes['keys']} keys, {sizes['models']} models), YAML mode, "
+          f"2 web processes; times from the commit to visible in every web process")
+    cells = {db: rows_of(res["small"] if args.small else res["scale"], None if args.small else res["small"])
+             for db, res in results.items()}
+    width = max(len(label) for _, label in LABELS) + 2
+    print(f"{'':<{width}}" + "".join(f"{db:<44}" for db in dbs))
+    for key, label in LABELS:
+        print(f"{label:<{width}}" + "".join(f"{cells[db].get(key, 'n/a (no result)'):<44}" for db in dbs))
+    for db in dbs:
+        for kind in ("small", "scale"):
+            r = results[db][kind]
+            if r is None:
+                if not (args.small and kind == "scale"):
+                    print(f"{db} {kind}: no result (child failed or timed out)")
+                continue
+            if r.get("fatal"):
+                print(f"{db} {kind}: stopped: {r['fatal']}")
+            for note in r.get("notes", []):
+                print(f"{db} {kind}: {note}")
+            for step, error in r.get("errors", {}).items():
+                print(f"{db} {kind}: {step} failed: {error}")
+            print(f"{db} {kind}: {r.get('total_s', 0):.0f} s in all")
+    if args.json:
+        Path(args.json).write_text(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies 20,000 backends / 100,000 keys / 2,000 models")
+    ap.add_argument("--small", action="store_true", help="only the 10-backend baseline")
+    ap.add_argument("--json", help="write every raw number here")
+    ap.add_argument("--reps", type=int, default=20, help="repetitions of each single-change row")
+    ap.add_argument("--step-budget", type=float, default=90.0, help="seconds a repeated step may take before capping")
+    ap.add_argument("--change-timeout", type=float, default=60.0, help="seconds one change may take to be visible")
+    ap.add_argument("--start-timeout", type=float, default=180.0)
+    ap.add_argument("--loop-seconds", type=float, default=5.0)
+    ap.add_argument("--burst-changes", type=int, default=100)
+    ap.add_argument("--burst-updates", type=int, default=1000)
+    ap.add_argument("--burst-seconds", type=float, default=10.0)
+    ap.add_argument("--burst-timeout", type=float, default=120.0)
+    ap.add_argument("--child-timeout", type=float, default=900.0)
+    ap.add_argument("--log-level", default="WARNING", help="the node's ROUTER_LOG_LEVEL")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
+    ap.add_argument("--worker", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
+    ap.add_argument("--child-json", help=argparse.SUPPRESS)
+    ap.add_argument("--basic", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        sys.path.insert(0, str(ROOT))
+        bench = Bench(args)
+        try:
+            results = asyncio.run(bench.run())
+        except BaseException as exc:  # the parent still gets what was measured
+            results = {**bench.results, "fatal": f"{type(exc).__name__}: {exc}"[:500], "notes": bench.notes}
+        Path(args.child_json).write_text(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
+        return
+    parent(args)
+
+
+if __name__ == "__main__":
+    main()
