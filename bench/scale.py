@@ -352,13 +352,20 @@ class Bench:
         async def ready(port: int) -> bool:
             return await self.get_status(s, port, "/readyz") == 200
 
+        seen_status: dict[str, dict[str, int]] = {str(p): {} for p in self.web_ports}
+
         async def routable(port: int) -> bool:
-            return (await self.chat(s, port, self.model_of(0)) == 200
-                    and await self.chat(s, port, last_model) == 200)
+            for model in (self.model_of(0), last_model):
+                status = await self.chat(s, port, model)
+                if status > 0 and status != 200:  # what a client got (not: nothing listening yet)
+                    counts = seen_status[str(port)]
+                    counts[str(status)] = counts.get(str(status), 0) + 1
+                    return False
+            return True
 
         seen_ready, seen_route = await asyncio.gather(self.visible(s, t0, ready, timeout),
                                                       self.visible(s, t0, routable, timeout))
-        row = {"readyz_s": seen_ready, "routable_s": seen_route, "timeout_s": timeout}
+        row = {"readyz_s": seen_ready, "routable_s": seen_route, "timeout_s": timeout, "statuses_before": seen_status}
         if None not in seen_ready and None not in seen_route:
             row["gap_s"] = max(seen_route) - max(seen_ready)
         self.results[label] = row
@@ -561,6 +568,7 @@ class Bench:
                 lost.append(sum(1 for i in range(n) if f"b4-{i}" not in names))
             except Exception:
                 lost.append(None)
+        self.rss("rss_after")  # before anything restarts the web processes
         self.results["route_burst"] = {"updates": n, "sent_s": sent_s, "after_last_s": seen, "lost": lost,
                                        "errors": errors, "timeout_s": self.args.burst_timeout}
 
@@ -643,12 +651,10 @@ class Bench:
                     for name, step in (("revoke", self.revocations), ("backend_add", self.backend_adds),
                                        ("yaml_edit", self.yaml_edits), ("loop", self.loop_during_burst),
                                        ("route_burst", self.route_burst)):
-                        waited = await self.quiesce()
-                        if waited > 60:
-                            self.notes.append(f"waited {waited:.0f} s for the web processes to go idle before {name}")
+                        await self.settle(s, name)
                         await self.step(name, step(s))
-                    await self.quiesce()
-                    self.rss("rss_after")
+                    if "rss_after" not in self.results:
+                        self.rss("rss_after")
         finally:
             self.stop_node()
             for name in list(self.procs):
@@ -666,6 +672,21 @@ class Bench:
         self.results["notes"] = self.notes
         self.results["total_s"] = time.perf_counter() - t_all
         return self.results
+
+    async def settle(self, s: aiohttp.ClientSession, before: str) -> None:
+        """Idle web processes before a step; a reload backlog the previous step
+        left (one reload per change notice) is cut short by restarting them."""
+        waited = await self.quiesce(self.args.settle_timeout)
+        if waited < self.args.settle_timeout:
+            if waited > 10:
+                self.notes.append(f"waited {waited:.0f} s for the web processes to go idle before {before}")
+            return
+        self.notes.append(f"web processes still busy {waited:.0f} s after the step before {before} "
+                          "(reload backlog): restarted them")
+        for name in ("web0", "web1"):
+            self.procs.pop(name).stop()
+        await self.cold_start(s, f"restart_before_{before}")
+        await self.quiesce(self.args.settle_timeout)
 
     async def step(self, name: str, coro) -> None:
         t0 = time.perf_counter()
@@ -697,6 +718,13 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
             out[f"{label}_ready"] = f"{max(rd):.1f} s" if len(rd) == 2 else f"n/a (not 200 in {c['timeout_s']:.0f} s)"
             out[f"{label}_route"] = f"{max(ro):.1f} s" if len(ro) == 2 else f"n/a (not 200 in {c['timeout_s']:.0f} s)"
             out[f"{label}_gap"] = f"{c['gap_s']:.1f} s" if "gap_s" in c else "n/a"
+            before = {}
+            for counts in c.get("statuses_before", {}).values():
+                for status, k in counts.items():
+                    before[status] = before.get(status, 0) + k
+            if before:
+                out[f"{label}_gap"] += " (answers before: " + ", ".join(
+                    f"{k}x{st}" for st, k in sorted(before.items())) + ")"
         else:
             out[f"{label}_ready"] = out[f"{label}_route"] = out[f"{label}_gap"] = na(label)
     for key in ("revoke", "backend_add", "yaml_edit"):
@@ -771,6 +799,7 @@ def run_child(args: argparse.Namespace, db: str, small: bool, out: Path) -> dict
            "--start-timeout", str(args.start_timeout), "--loop-seconds", str(args.loop_seconds),
            "--burst-changes", str(args.burst_changes), "--burst-updates", str(args.burst_updates),
            "--burst-seconds", str(args.burst_seconds), "--burst-timeout", str(args.burst_timeout),
+           "--settle-timeout", str(args.settle_timeout),
            "--log-level", args.log_level]
     if small:
         cmd += ["--small", "--basic"]
@@ -832,14 +861,16 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="only the 10-backend baseline")
     ap.add_argument("--json", help="write every raw number here")
     ap.add_argument("--reps", type=int, default=20, help="repetitions of each single-change row")
-    ap.add_argument("--step-budget", type=float, default=90.0, help="seconds a repeated step may take before capping")
+    ap.add_argument("--step-budget", type=float, default=60.0, help="seconds a repeated step may take before capping")
     ap.add_argument("--change-timeout", type=float, default=60.0, help="seconds one change may take to be visible")
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--loop-seconds", type=float, default=5.0)
     ap.add_argument("--burst-changes", type=int, default=100)
     ap.add_argument("--burst-updates", type=int, default=1000)
     ap.add_argument("--burst-seconds", type=float, default=10.0)
-    ap.add_argument("--burst-timeout", type=float, default=120.0)
+    ap.add_argument("--burst-timeout", type=float, default=90.0)
+    ap.add_argument("--settle-timeout", type=float, default=30.0,
+                    help="seconds to wait for idle web processes between steps before restarting them")
     ap.add_argument("--child-timeout", type=float, default=900.0)
     ap.add_argument("--log-level", default="WARNING", help="the node's ROUTER_LOG_LEVEL")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
