@@ -3,6 +3,7 @@
     .venv/bin/python bench/scale.py                        # full size, SQLite and PostgreSQL
     .venv/bin/python bench/scale.py --scale 0.05 --db sqlite   # a quick run
     .venv/bin/python bench/scale.py --small                # the 10-backend baseline only
+    .venv/bin/python bench/scale.py --mode yaml            # YAML mode only (--mode router: ROUTER only)
     .venv/bin/python bench/scale.py --json scale.json
 
 State, built from scratch per database (a temp SQLite file; a fresh temp
@@ -25,15 +26,32 @@ How the state is built (and why):
   path), YAML file edits picked up by the tasks process's own watcher, and
   ``config_sync`` called in-process for the reconcile rows.
 
-Only ``api_keys.mode: blocking`` YAML mode is measured here: ROUTER mode
-(fake coordinator) rows print ``n/a`` (see docs/performance.md#scale).
+Two modes (``--mode yaml|router|both``):
+- YAML: ``api_keys.mode: blocking``, operator keys; changes are key
+  revocations, admin backend adds, YAML edits;
+- ROUTER: the fake coordinator (fakes/coordinator, in this process, on its own
+  Pub/Sub channel) holds 5,000 circuits x 4 routes and 2,000 publications;
+  the fake's REST create path waits for one ack per circuit (5,000 applies in
+  a row on the current code), so its state is seeded straight into its
+  in-memory tables under its lock, after a seed registration of the
+  authority (a ROUTER worker keeps one id per authority, so the node's own
+  registration gets that id). The node builds its mirror with its own first
+  pull. Keys: to keep a full run bounded, the fake's snapshot does not carry
+  100,000 keys (one ~20 MB router-config answer, re-applied on every 200
+  pull; not measured here): ROUTER mode uses ``--coord-keys`` (2,000 at full
+  size) coordinator keys from the fake's snapshot plus bulk operator keys for
+  the rest (the table prints the split).
+  Every change goes through the fake's REST (route replace, publication PUT,
+  key DELETE), i.e. the coordinator's events and the reconcile pull.
+
 Active health probes are off (``health.enabled: false``) so 20,000 probes do
 not measure the fake backends; all backend URLs point at a few fake backend
 processes (fakes/openai_backend.py).
 
 The node under test is started as ``manage.py runnode`` would: two separate
 uvicorn web processes on two ports (so each is polled on its own), the Celery
-worker (tasks) and beat; a temp ``ROUTER_VAR_DIR`` and a unique Redis
+worker (tasks) and beat, and in ROUTER mode the events process (``manage.py
+runworker appproxy``); a temp ``ROUTER_VAR_DIR`` and a unique Redis
 namespace (``ROUTER_REDIS_PREFIX``) per run. Every step has a time budget:
 a step that cannot finish prints ``n/a (reason)`` or says what was capped.
 
@@ -357,9 +375,10 @@ class Bench:
         async def routable(port: int) -> bool:
             for model in (self.model_of(0), last_model):
                 status = await self.chat(s, port, model)
-                if status > 0 and status != 200:  # what a client got (not: nothing listening yet)
-                    counts = seen_status[str(port)]
-                    counts[str(status)] = counts.get(str(status), 0) + 1
+                if status != 200:
+                    if status > 0:  # what a client got (-1: nothing listening yet)
+                        counts = seen_status[str(port)]
+                        counts[str(status)] = counts.get(str(status), 0) + 1
                     return False
             return True
 
@@ -697,6 +716,373 @@ class Bench:
         self.results.setdefault("step_s", {})[name] = time.perf_counter() - t0
 
 
+class RouterBench(Bench):
+    """ROUTER mode: the same node plus the events process, against the fake
+    coordinator (fakes/coordinator) run in this process on its own channel.
+
+    The fake's state (5,000 circuits x 4 routes, 2,000 publications, the
+    coordinator keys) is seeded straight into its in-memory state under its
+    lock -- its REST create path waits for one ack per circuit, 5,000 applies
+    in a row -- after a seed registration of the authority (a ROUTER worker
+    keeps one id per authority, so the node's own registration gets it). The
+    node then builds its mirror through its own first pull. Every change
+    after that goes through the fake's REST (route replace, publication PUT,
+    key DELETE), i.e. the coordinator's events and pulls.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        n = self.sizes["keys"]
+        self.sizes["coordinator_keys"] = min(n // 2, max(self.args.reps + 5, round(args.coord_keys * args.scale)))
+        self.sizes["operator_keys"] = n - self.sizes["coordinator_keys"]
+        self.authority = f"scale-{self.run_id}"
+        self.channel = f"router-scale-{self.run_id}-events"
+        self.secret = "scale-api-secret-" + self.run_id
+        self.node_id = str(uuid.uuid4())
+        self.fake = None
+        self.worker_id = ""
+        self.circuits: list[tuple[str, str]] = []  # (endpoint_id, circuit_id)
+        self.probe_ep = ""
+        self.probe_cid = ""
+        self.dead_port = free_port()  # nothing listens here
+        self.coord_plain: list[str] = []
+        self.results["mode"] = "router"
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "APPPROXY_NODE_ID": self.node_id, "APPPROXY_API_SECRET": self.secret}
+
+    def write_yaml(self) -> None:
+        lines = ["backends:" if self.yaml_extra else "backends: []", *self.yaml_extra]
+        port = self.fake.port if self.fake is not None else 1
+        lines += ["appproxy_router:", "  enabled: true", f"  coordinator_url: 'http://127.0.0.1:{port}'",
+                  "  api_secret: ${APPPROXY_API_SECRET}",
+                  f"  redis_url: '{os.environ.get('REDIS_URL', 'redis://127.0.0.1:6379/0')}'",
+                  f"  authority: {self.authority}", "  hostname: 127.0.0.1", f"  api_port: {self.web_ports[0]}",
+                  f"  reconcile_interval: '{self.args.reconcile_interval:.0f}s'", "  heartbeat_period: '5s'",
+                  f"  channel: {self.channel}", "health:", "  enabled: false", ""]
+        tmp = self.yaml_path.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines))
+        os.replace(tmp, self.yaml_path)
+
+    def start_tasks(self) -> None:
+        super().start_tasks()
+        self.procs["events"] = Proc("events", [PY, "manage.py", "runworker", "appproxy"], self.env(),
+                                    self.tmp / "events.log")
+
+    def stop_node(self) -> None:
+        super().stop_node()
+        proc = self.procs.pop("events", None)
+        if proc is not None:
+            proc.stop()
+
+    # ---- the fake coordinator ----
+    def start_fake(self) -> None:
+        from fakes.coordinator.server import FakeCoordinator
+
+        self.fake = FakeCoordinator(api_secret=self.secret, jwt_secret="scale-jwt-" + self.run_id,
+                                    redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+                                    channel=self.channel, ack_timeout=self.args.ack_timeout,
+                                    heartbeat_timeout=3600, lost_check_interval=3600).start()
+
+    def fake_http(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        import httpx
+
+        r = httpx.request(method, self.fake.url + path, json=body, timeout=60,
+                          headers={"X-BackendAI-Token": self.secret})
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, None
+
+    def route(self, port: int) -> dict[str, Any]:
+        return {"session_id": str(uuid.uuid4()), "route_id": str(uuid.uuid4()), "kernel_host": "127.0.0.1",
+                "kernel_port": port}
+
+    def seed_fake(self) -> float:
+        from fakes.coordinator.state import now_iso
+
+        t0 = time.perf_counter()
+        status, body = self.fake_http("PUT", "/api/worker", {
+            "authority": self.authority, "frontend_mode": "router", "protocol": "http", "hostname": "127.0.0.1",
+            "tls_listen": False, "tls_advertised": False, "api_port": self.web_ports[0],
+            "filtered_apps_only": False, "accepted_traffics": ["inference"], "node_id": "scale-seed"})
+        if status != 200:
+            raise RuntimeError(f"seed registration: {status} {body}")
+        self.worker_id = body["id"]
+        from keys.keyring import hash_key
+        from keys.services import new_plaintext
+
+        state = self.fake.state
+        n_circuits = self.sizes["backends"] // 4
+        by_model: dict[str, list[str]] = {}
+        with state.lock:
+            worker = state.workers[self.worker_id]
+            for c in range(n_circuits + 1):  # the last one is the probe circuit
+                ep, cid, now = str(uuid.uuid4()), str(uuid.uuid4()), now_iso()
+                probe = c == n_circuits
+                routes = ([self.route(self.backend_ports[0])] if probe else
+                          [self.route(self.backend_ports[(c * 4 + r) % FAKE_BACKENDS]) for r in range(4)])
+                for row in routes:
+                    row.update(session_name=None, protocol="http", traffic_ratio=1.0)
+                state.circuits[cid] = {
+                    "id": cid, "app": f"svc-{c}", "protocol": "http", "worker": self.worker_id,
+                    "app_mode": "inference", "frontend_mode": "router", "envs": {}, "arguments": None,
+                    "open_to_public": False, "allowed_client_ips": None, "port": None, "subdomain": None,
+                    "user_id": str(uuid.uuid4()), "endpoint_id": ep, "runtime_variant": "vllm",
+                    "route_info": routes, "session_ids": [], "created_at": now, "updated_at": now}
+                state.endpoints[ep] = {"circuit_id": cid, "health_check_enabled": False, "health_check": None}
+                worker["occupied_slots"] += 1
+                if probe:
+                    self.probe_ep, self.probe_cid = ep, cid
+                    by_model["probe-model"] = [ep]
+                else:
+                    self.circuits.append((ep, cid))
+                    by_model.setdefault(self.model_of(c * 4), []).append(ep)
+            auth = state.router.of(self.authority)
+            for name, eps in by_model.items():
+                auth.models[name] = {"model": name, "aliases": [], "control_mode": "manual",
+                                     "mappings": [{"endpoint_id": ep, "ratio": 1.0} for ep in eps]}
+            for i in range(self.sizes["coordinator_keys"]):
+                plaintext = new_plaintext()
+                if i < self.args.reps + 5:
+                    self.coord_plain.append(plaintext)
+                auth.keys[f"ck-{i:06d}"] = {"key_id": f"ck-{i:06d}", "token_hash": hash_key(plaintext),
+                                           "display_hint": plaintext[-4:], "allowed_models": [], "expires_at": None,
+                                           "rate_limit": None, "allowed_client_ips": None}
+            auth.bump()
+        return time.perf_counter() - t0
+
+    def pulls(self) -> int:
+        with self.fake.state.lock:
+            return sum(self.fake.state.router.pulls.get(self.worker_id, {}).values())
+
+    # ---- steps ----
+    async def coordinator_key_deletes(self, s: aiohttp.ClientSession) -> None:
+        times: list[float | None] = []
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"coordinator key delete capped at {i} of {self.args.reps} repetitions (step budget)")
+                break
+            key = self.coord_plain[i]
+            ok = await self.visible(s, time.perf_counter(),
+                                    lambda p, k=key: self._status_is(s, p, "probe-model", k, 200), 30)
+            if None in ok:
+                times.append(None)
+                continue
+            t0 = time.perf_counter()  # the fake commits at receipt, then publishes and waits for an ack
+            await asyncio.to_thread(self.fake_http, "DELETE", f"/v2/routers/{self.authority}/api-keys/ck-{i:06d}")
+            times.extend(await self.visible(s, t0, lambda p, k=key: self._status_is(s, p, "probe-model", k, 401),
+                                            self.args.change_timeout))
+        self.results["coord_key_delete"] = dist(times)
+
+    def replace_routes(self, ep: str, ports: list[int]) -> list[str]:
+        routes = [self.route(p) for p in ports]
+        status, body = self.fake_http("POST", "/v2/endpoints/bulk/routes",
+                                      {"endpoints": [{"deployment_id": ep, "routes": routes}]})
+        if status != 200 or not body["endpoints"][0]["success"]:
+            raise RuntimeError(f"route replace: {status} {body}")
+        return [r["route_id"] for r in routes]
+
+    async def probe_is(self, s: aiohttp.ClientSession, port: int, good: bool) -> bool:
+        status = await self.chat(s, port, "probe-model")
+        return status == 200 if good else status not in (200, -1)
+
+    async def route_updates(self, s: aiohttp.ClientSession) -> None:
+        """Replace the probe circuit's route: a dead port (answers 5xx), then a live one (200)."""
+        times: list[float | None] = []
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"ROUTER route update capped at {i} of {self.args.reps} repetitions (step budget)")
+                break
+            good = i % 2 == 1
+            await asyncio.to_thread(self.replace_routes, self.probe_ep,
+                                    [self.backend_ports[0] if good else self.dead_port])
+            t0 = time.perf_counter()
+            seen = await self.visible(s, t0, lambda p, g=good: self.probe_is(s, p, g), self.args.change_timeout)
+            times.extend(seen)
+        if self.args.reps % 2 == 1:  # leave the probe routable
+            await asyncio.to_thread(self.replace_routes, self.probe_ep, [self.backend_ports[0]])
+            await self.visible(s, time.perf_counter(), lambda p: self.probe_is(s, p, True), self.args.change_timeout)
+        self.results["route_update"] = dist(times)
+
+    async def publication_edits(self, s: aiohttp.ClientSession) -> None:
+        times: list[float | None] = []
+        puts: list[float] = []
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"publication edit capped at {i} of {self.args.reps} repetitions (step budget)")
+                break
+            name = f"pub-{i}"
+            t0 = time.perf_counter()  # the fake commits at receipt; the PUT returns after the first ack
+            await asyncio.to_thread(self.fake_http, "PUT", f"/v2/routers/{self.authority}/models/{name}",
+                                    {"aliases": [], "control_mode": "manual",
+                                     "mappings": [{"endpoint_id": self.probe_ep, "ratio": 1.0}]})
+            puts.append(time.perf_counter() - t0)
+            times.extend(await self.visible(s, t0, lambda p, m=name: self._status_is(s, p, m, None, 200),
+                                            self.args.change_timeout))
+        self.results["publication"] = {**dist(times), "put_p50": pct(puts, 0.5)}
+
+    async def route_burst(self, s: aiohttp.ClientSession) -> None:
+        """1,000 route replaces (new route ids) on distinct circuits in 10 s; the
+        last one brings the probe back from a dead port; then /status checks
+        every replaced route is a backend in each web process."""
+        await asyncio.to_thread(self.replace_routes, self.probe_ep, [self.dead_port])
+        await self.visible(s, time.perf_counter(), lambda p: self.probe_is(s, p, False), self.args.change_timeout)
+        n = self.args.burst_updates
+        period = self.args.burst_seconds / n
+        targets = [self.circuits[i % len(self.circuits)] for i in range(n - 1)]
+        wanted: dict[str, list[str]] = {}
+        errors: list[str] = []
+        t_start = time.perf_counter()
+
+        def burst() -> None:
+            try:
+                for i, (ep, cid) in enumerate(targets):
+                    wait = t_start + i * period - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                    ports = [self.backend_ports[(i + r) % FAKE_BACKENDS] for r in range(4)]
+                    wanted[cid] = self.replace_routes(ep, ports)
+                wait = t_start + (n - 1) * period - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                self.replace_routes(self.probe_ep, [self.backend_ports[0]])
+            except Exception as exc:
+                errors.append(repr(exc))
+
+        await asyncio.to_thread(burst)
+        t_last = time.perf_counter()
+        seen = await self.visible(s, t_last, lambda p: self.probe_is(s, p, True), self.args.burst_timeout)
+        lost: list[int | None] = []
+        for port in self.web_ports:
+            try:
+                async with s.get(self.url(port, "/status"), timeout=aiohttp.ClientTimeout(total=120),
+                                 headers={"authorization": f"Bearer {self.status_token}"}) as r:
+                    names = {b["name"] for b in orjson.loads(await r.read())["backends"]}
+                lost.append(sum(1 for cid, routes in wanted.items()
+                                if not all(f"appproxy-{cid}-r{rid}" in names for rid in routes)))
+            except Exception:
+                lost.append(None)
+        self.rss("rss_after")
+        self.results["route_burst"] = {"updates": n, "sent_s": t_last - t_start, "after_last_s": seen, "lost": lost,
+                                       "errors": errors, "timeout_s": self.args.burst_timeout,
+                                       "distinct_circuits": len(wanted)}
+
+    async def pull_cost(self, label: str, change: bool) -> None:
+        """One reconcile pull of the tasks process (the fake counts it): its CPU
+        from just before the pull until it is idle again, and (PostgreSQL) the
+        rows every node process wrote meanwhile (pg_stat_user_tables)."""
+        pid = self.procs["tasks"].pid
+        rows0 = self.pg_rows()
+        if change:  # one route's traffic ratio, no event: only the pull sees it
+            with self.fake.state.lock:
+                self.fake.state.circuits[self.circuits[0][1]]["route_info"][0]["traffic_ratio"] = 0.5
+        n0 = self.pulls()
+        samples: list[tuple[float, float]] = []
+        deadline = time.perf_counter() + self.args.reconcile_interval * 2 + 30
+        while self.pulls() == n0 and time.perf_counter() < deadline:
+            samples.append((time.perf_counter(), cpu_seconds(pid)))
+            await asyncio.sleep(0.05)
+        if self.pulls() == n0:
+            self.results[label] = {"error": "no pull seen"}
+            return
+        t_pull = time.perf_counter()
+        before = next((c for t, c in reversed(samples) if t <= t_pull - 1.0), samples[0][1] if samples else 0.0)
+        last = cpu_seconds(pid)
+        idle_since = None
+        while time.perf_counter() - t_pull < 120:
+            await asyncio.sleep(0.2)
+            now = cpu_seconds(pid)
+            if now - last < 0.02:
+                idle_since = idle_since or time.perf_counter()
+                if time.perf_counter() - idle_since > 0.6:
+                    break
+            else:
+                idle_since = None
+            last = now
+        await asyncio.sleep(1.5)  # PostgreSQL flushes its table counters about once a second
+        rows1 = self.pg_rows()
+        self.results[label] = {"cpu_ms": (last - before) * 1000, "busy_s": time.perf_counter() - t_pull,
+                               "rows_written": (rows1 - rows0) if rows0 is not None and rows1 is not None else None}
+
+    def pg_rows(self) -> int | None:
+        if self.db != "postgres":
+            return None
+        import psycopg
+
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{self.pg_name}", autocommit=True) as conn:
+            row = conn.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) "
+                               "FROM pg_stat_user_tables").fetchone()
+            return int(row[0])
+
+    async def run(self) -> dict[str, Any]:
+        env = self.env()
+        t_all = time.perf_counter()
+        try:
+            self.create_database()
+            for k, v in env.items():
+                os.environ[k] = v
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+            self.start_fake()
+            self.write_yaml()
+            subprocess.run([PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
+            import django
+
+            django.setup()
+            for i, port in enumerate(self.backend_ports):
+                self.procs[f"backend{i}"] = Proc(f"backend{i}", [PY, "-m", "fakes.openai_backend", "--port", str(port),
+                                                                 "--name", f"fake-{i}", "--models", "x", "--quiet"],
+                                                 env, self.tmp / f"backend{i}.log")
+            n_keys = self.sizes["keys"]
+            self.sizes["keys"] = self.sizes["operator_keys"]
+            self.results["build_keys_s"] = self.bulk_keys()
+            self.sizes["keys"] = n_keys
+            self.results["build_fake_s"] = self.seed_fake()
+            timeout = aiohttp.ClientTimeout(total=30)
+            async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=64)) as s:
+                self.start_tasks()
+                await self.step("cold_first", self.cold_start(s, "cold_first"))
+                self.stop_node()
+                self.start_tasks()
+                await self.step("cold_restart", self.cold_start(s, "cold_restart"))
+                if not all(p.alive() for p in self.procs.values()):
+                    raise RuntimeError("a node process died: " + ", ".join(
+                        n for n, p in self.procs.items() if not p.alive()))
+                await self.quiesce()
+                self.rss("rss_start")
+                await self.step("cpu", self.cpu_per_request(s))
+                if not self.args.basic:
+                    await self.step("reconcile", self.pull_cost("reconcile_nothing", False))
+                    await self.step("reconcile", self.pull_cost("reconcile_one", True))
+                    for name, step in (("revoke", self.coordinator_key_deletes), ("backend_add", self.route_updates),
+                                       ("publication", self.publication_edits), ("route_burst", self.route_burst)):
+                        await self.settle(s, name)
+                        await self.step(name, step(s))
+        finally:
+            self.stop_node()
+            for name in list(self.procs):
+                self.procs.pop(name).stop()
+            if self.fake is not None:
+                with contextlib.suppress(Exception):
+                    self.fake.stop()
+            with contextlib.suppress(Exception):
+                from django.db import connections
+
+                connections.close_all()
+            self.drop_database()
+            self.cleanup_redis()
+            if self.args.keep:
+                self.notes.append(f"kept {self.tmp}")
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        self.results["notes"] = self.notes
+        self.results["total_s"] = time.perf_counter() - t_all
+        return self.results
+
+
 # -- the parent: one child per database, one table -------------------------------------
 
 
@@ -729,7 +1115,23 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
             out[f"{label}_ready"] = out[f"{label}_route"] = out[f"{label}_gap"] = na(label)
     for key in ("revoke", "backend_add", "yaml_edit"):
         out[key] = fmt_dist(r[key]) if key in r else na(key)
-    out["publication"] = "n/a (ROUTER mode not in this version)"
+    if r.get("mode") == "router":
+        out["revoke"] = fmt_dist(r["coord_key_delete"]) if "coord_key_delete" in r else na("revoke")
+        out["backend_add"] = fmt_dist(r["route_update"]) if "route_update" in r else na("backend_add")
+        pub = r.get("publication")
+        out["publication"] = (fmt_dist(pub) + (f" (PUT p50 {ms(pub['put_p50'])} ms)" if pub.get("put_p50") else "")
+                              if pub else na("publication"))
+        out["yaml_edit"] = "n/a (measured in YAML mode)"
+        for key in ("reconcile_nothing", "reconcile_one"):
+            x = r.get(key)
+            label = "rec_nothing" if key == "reconcile_nothing" else "rec_one"
+            if x and "cpu_ms" in x:
+                rows = "rows n/a on SQLite" if x["rows_written"] is None else f"{x['rows_written']} rows (all processes)"
+                out[label] = f"{x['cpu_ms']:.0f} ms CPU (tasks), {rows}"
+            else:
+                out[label] = f"n/a ({(x or {}).get('error') or err.get('reconcile', 'not measured')})"
+    else:
+        out["publication"] = "n/a (ROUTER mode only)"
     loop = r.get("loop")
     if loop:
         sd, bd = loop["steady"], loop["burst"]
@@ -738,6 +1140,8 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         out["loop_burst"] = (f"{ms(bd['p50'])}/{ms(bd['p99'])}/{ms(bd['max'])} ms "
                              f"({loop['burst_changes']} changes, applied after {applied})")
         out["loop_ratio"] = f"{loop['ratio_p99']:.1f}x" if loop["ratio_p99"] else "n/a"
+    elif r.get("mode") == "router":
+        out["loop_steady"] = out["loop_burst"] = out["loop_ratio"] = "n/a (measured in YAML mode)"
     else:
         out["loop_steady"] = out["loop_burst"] = out["loop_ratio"] = na("loop")
     b = r.get("route_burst")
@@ -751,8 +1155,9 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         out["burst_applied"] = out["burst_lost"] = na("route_burst")
     for key, label in (("reconcile_nothing", "rec_nothing"), ("reconcile_one", "rec_one")):
         x = r.get(key)
-        out[label] = (f"{x['cpu_ms']:.0f} ms CPU, {x['rows_written']} rows ({x['write_statements']} writes)"
-                      if x else na("reconcile"))
+        if r.get("mode") != "router":
+            out[label] = (f"{x['cpu_ms']:.0f} ms CPU, {x['rows_written']} rows ({x['write_statements']} writes)"
+                          if x else na("reconcile"))
     cpu = r.get("cpu")
     scpu = (small or {}).get("cpu") or {}
     if cpu:
@@ -793,19 +1198,33 @@ LABELS = [
 ]
 
 
-def run_child(args: argparse.Namespace, db: str, small: bool, out: Path) -> dict[str, Any] | None:
+ROUTER_LABELS = {
+    "cold_first_ready": "1 first boot (first pull at size): /readyz 200",
+    "revoke": "2a coordinator key DELETE -> 401 p50/p95/max",
+    "backend_add": "2b route replace (fake REST) -> visible",
+    "publication": "2c publication PUT -> routable",
+    "burst_applied": "4 route replaces: applied after last",
+    "rec_nothing": "5 reconcile pull, nothing changed",
+    "rec_one": "5 reconcile pull, one route ratio changed",
+}
+
+
+def run_child(args: argparse.Namespace, db: str, small: bool, out: Path, router: bool = False) -> dict[str, Any] | None:
     cmd = [PY, __file__, "--worker", db, "--child-json", str(out), "--scale", str(args.scale), "--reps", str(args.reps),
            "--step-budget", str(args.step_budget), "--change-timeout", str(args.change_timeout),
            "--start-timeout", str(args.start_timeout), "--loop-seconds", str(args.loop_seconds),
            "--burst-changes", str(args.burst_changes), "--burst-updates", str(args.burst_updates),
            "--burst-seconds", str(args.burst_seconds), "--burst-timeout", str(args.burst_timeout),
-           "--settle-timeout", str(args.settle_timeout),
+           "--settle-timeout", str(args.settle_timeout), "--coord-keys", str(args.coord_keys),
+           "--reconcile-interval", str(args.reconcile_interval), "--ack-timeout", str(args.ack_timeout),
            "--log-level", args.log_level]
     if small:
         cmd += ["--small", "--basic"]
+    if router:
+        cmd.append("--router")
     if args.keep:
         cmd.append("--keep")
-    what = "small baseline" if small else f"scale {args.scale}"
+    what = ("ROUTER " if router else "YAML ") + ("small baseline" if small else f"scale {args.scale}")
     print(f"[scale] {db}: {what} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
@@ -819,37 +1238,47 @@ def run_child(args: argparse.Namespace, db: str, small: bool, out: Path) -> dict
 
 def parent(args: argparse.Namespace) -> None:
     dbs = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    modes = ["yaml", "router"] if args.mode == "both" else [args.mode]
     tmp = Path(tempfile.mkdtemp(prefix="router-scale-"))
-    results: dict[str, dict[str, Any]] = {}
-    for db in dbs:
-        small = run_child(args, db, True, tmp / f"{db}-small.json")
-        big = None if args.small else run_child(args, db, False, tmp / f"{db}.json")
-        results[db] = {"small": small, "scale": big}
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for mode in modes:
+        router = mode == "router"
+        for db in dbs:
+            small = run_child(args, db, True, tmp / f"{mode}-{db}-small.json", router)
+            big = None if args.small else run_child(args, db, False, tmp / f"{mode}-{db}.json", router)
+            results.setdefault(mode, {})[db] = {"small": small, "scale": big}
     shutil.rmtree(tmp, ignore_errors=True)
     sizes = SMALL if args.small else {k: max(1, round(v * args.scale)) for k, v in FULL.items()}
-    print(f"\nbench/scale.py: {'--small' if args.small else f'--scale {args.scale}'} "
-          f"(~{sizes['backends']} backends, {sizes['keys']} keys, {sizes['models']} models), YAML mode, "
-          f"2 web processes; times from the commit to visible in every web process")
-    cells = {db: rows_of(res["small"] if args.small else res["scale"], None if args.small else res["small"])
-             for db, res in results.items()}
-    width = max(len(label) for _, label in LABELS) + 2
-    print(f"{'':<{width}}" + "".join(f"{db:<44}" for db in dbs))
-    for key, label in LABELS:
-        print(f"{label:<{width}}" + "".join(f"{cells[db].get(key, 'n/a (no result)'):<44}" for db in dbs))
-    for db in dbs:
-        for kind in ("small", "scale"):
-            r = results[db][kind]
-            if r is None:
-                if not (args.small and kind == "scale"):
-                    print(f"{db} {kind}: no result (child failed or timed out)")
-                continue
-            if r.get("fatal"):
-                print(f"{db} {kind}: stopped: {r['fatal']}")
-            for note in r.get("notes", []):
-                print(f"{db} {kind}: {note}")
-            for step, error in r.get("errors", {}).items():
-                print(f"{db} {kind}: {step} failed: {error}")
-            print(f"{db} {kind}: {r.get('total_s', 0):.0f} s in all")
+    for mode in modes:
+        router = mode == "router"
+        print(f"\nbench/scale.py {mode.upper()} mode: {'--small' if args.small else f'--scale {args.scale}'} "
+              f"(~{sizes['backends']} backends, {sizes['keys']} keys, {sizes['models']} models), "
+              "2 web processes; change rows: from the commit to visible in every web process")
+        cells = {db: rows_of(res["small"] if args.small else res["scale"], None if args.small else res["small"])
+                 for db, res in results[mode].items()}
+        labels = [(key, ROUTER_LABELS.get(key, label) if router else label) for key, label in LABELS]
+        width = max(len(label) for _, label in labels) + 2
+        print(f"{'':<{width}}" + "".join(f"{db:<44}" for db in dbs))
+        for key, label in labels:
+            print(f"{label:<{width}}" + "".join(f"{cells[db].get(key, 'n/a (no result)'):<44}" for db in dbs))
+        for db in dbs:
+            for kind in ("small", "scale"):
+                r = results[mode][db][kind]
+                if r is None:
+                    if not (args.small and kind == "scale"):
+                        print(f"{mode} {db} {kind}: no result (child failed or timed out)")
+                    continue
+                if r.get("fatal"):
+                    print(f"{mode} {db} {kind}: stopped: {r['fatal']}")
+                if router and kind == "scale":
+                    sz = r.get("sizes", {})
+                    print(f"{mode} {db} {kind}: keys = {sz.get('operator_keys')} operator (bulk) + "
+                          f"{sz.get('coordinator_keys')} coordinator (fake's snapshot)")
+                for note in r.get("notes", []):
+                    print(f"{mode} {db} {kind}: {note}")
+                for step, error in r.get("errors", {}).items():
+                    print(f"{mode} {db} {kind}: {step} failed: {error}")
+                print(f"{mode} {db} {kind}: {r.get('total_s', 0):.0f} s in all")
     if args.json:
         Path(args.json).write_text(orjson.dumps(results, option=orjson.OPT_INDENT_2).decode())
 
@@ -857,6 +1286,8 @@ def parent(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    ap.add_argument("--mode", choices=["yaml", "router", "both"], default="both",
+                    help="YAML mode, ROUTER mode (fake coordinator), or both")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies 20,000 backends / 100,000 keys / 2,000 models")
     ap.add_argument("--small", action="store_true", help="only the 10-backend baseline")
     ap.add_argument("--json", help="write every raw number here")
@@ -872,15 +1303,20 @@ def main() -> None:
     ap.add_argument("--settle-timeout", type=float, default=30.0,
                     help="seconds to wait for idle web processes between steps before restarting them")
     ap.add_argument("--child-timeout", type=float, default=900.0)
+    ap.add_argument("--coord-keys", type=int, default=2000,
+                    help="coordinator keys in the fake's snapshot at full size (the rest of the keys are operator keys)")
+    ap.add_argument("--reconcile-interval", type=float, default=10.0, help="ROUTER reconcile_interval (s)")
+    ap.add_argument("--ack-timeout", type=float, default=3.0, help="the fake coordinator's ack wait (s)")
     ap.add_argument("--log-level", default="WARNING", help="the node's ROUTER_LOG_LEVEL")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
     ap.add_argument("--worker", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
     ap.add_argument("--child-json", help=argparse.SUPPRESS)
     ap.add_argument("--basic", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--router", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         sys.path.insert(0, str(ROOT))
-        bench = Bench(args)
+        bench = RouterBench(args) if args.router else Bench(args)
         try:
             results = asyncio.run(bench.run())
         except BaseException as exc:  # the parent still gets what was measured
