@@ -348,10 +348,11 @@ class Bench:
         return list(await asyncio.gather(*(one(p) for p in self.web_ports)))
 
     async def quiesce(self, timeout: float = 120.0) -> float:
-        """Wait until the web processes are idle (< 20 % CPU over 0.5 s): a
-        step never starts while the previous one's reloads still run."""
+        """Wait until the web (and tasks, events) processes are idle (< 20 % CPU
+        over 0.5 s): a step never starts while the previous one's reloads or
+        writes still run."""
         t0 = time.perf_counter()
-        pids = self.web_pids()
+        pids = self.web_pids() + [self.procs[n].pid for n in ("tasks", "events") if n in self.procs]
         while time.perf_counter() - t0 < timeout:
             c0 = [cpu_seconds(p) for p in pids]
             await asyncio.sleep(0.5)
@@ -456,11 +457,23 @@ class Bench:
     async def _status_is(self, s, port, model, key, status) -> bool:
         return await self.chat(s, port, model, key) == status
 
-    def admin_add(self, name: str, model: str, weight: int = 100) -> None:
+    def admin_add(self, name: str, model: str, weight: int = 100, errors: list[str] | None = None) -> bool:
+        """`manage.py routerbackend add`; a write the DB refuses (SQLite: locked
+        past its 20 s timeout) is retried twice and counted in `errors`."""
         from django.core.management import call_command
+        from django.db import OperationalError
 
-        call_command("routerbackend", "add", "--name", name, "--url", f"http://127.0.0.1:{self.backend_ports[0]}",
-                     "--models", model, "--weight", str(weight), stdout=io.StringIO())
+        for _ in range(3):
+            try:
+                call_command("routerbackend", "add", "--name", name, "--url",
+                             f"http://127.0.0.1:{self.backend_ports[0]}", "--models", model, "--weight", str(weight),
+                             stdout=io.StringIO())
+                return True
+            except OperationalError as exc:
+                if errors is None:
+                    raise
+                errors.append(repr(exc))
+        return False
 
     async def backend_adds(self, s: aiohttp.ClientSession) -> None:
         times: list[float | None] = []
@@ -489,11 +502,11 @@ class Bench:
             self.write_yaml()
             t0 = time.perf_counter()
             seen = await self.visible(s, t0, lambda p, m=model: self._status_is(s, p, m, None, 200),
-                                      self.args.change_timeout)
+                                      self.args.yaml_timeout)
             times.extend(seen)
             if None in seen:  # the node is behind: the next edit would measure the backlog
                 self.notes.append(f"YAML edit stopped after {i + 1} repetitions (one not visible in "
-                                  f"{self.args.change_timeout:.0f} s)")
+                                  f"{self.args.yaml_timeout:.0f} s)")
                 break
         self.results["yaml_edit"] = dist(times)
 
@@ -519,7 +532,7 @@ class Bench:
         def burst() -> None:
             try:
                 for i in range(n):
-                    self.admin_add(f"scale-b3-{i}", f"b3-{i}")
+                    self.admin_add(f"scale-b3-{i}", f"b3-{i}", errors=errors)
             except Exception as exc:  # reported, never raised into the loop
                 errors.append(repr(exc))
             finally:
@@ -559,6 +572,7 @@ class Bench:
         errors: list[str] = []
         t_start = time.perf_counter()
         t_last: list[float] = []
+        committed: list[int] = []
 
         def burst() -> None:
             try:
@@ -567,7 +581,8 @@ class Bench:
                     wait = due - time.perf_counter()
                     if wait > 0:
                         time.sleep(wait)
-                    self.admin_add(f"scale-b4-{i}", f"b4-{i}")
+                    if self.admin_add(f"scale-b4-{i}", f"b4-{i}", errors=errors):
+                        committed.append(i)
             except Exception as exc:
                 errors.append(repr(exc))
             finally:
@@ -575,7 +590,7 @@ class Bench:
 
         await asyncio.to_thread(burst)
         sent_s = t_last[0] - t_start
-        last = f"b4-{n - 1}"
+        last = f"b4-{committed[-1] if committed else n - 1}"
         seen = await self.visible(s, t_last[0], lambda p: self._status_is(s, p, last, None, 200),
                                   self.args.burst_timeout)
         lost: list[int | None] = []
@@ -584,11 +599,11 @@ class Bench:
                 async with s.get(self.url(port, "/v1/models"),
                                  headers={"authorization": f"Bearer {self.plain[0]}"}) as r:
                     names = {m["id"] for m in orjson.loads(await r.read())["data"]}
-                lost.append(sum(1 for i in range(n) if f"b4-{i}" not in names))
+                lost.append(sum(1 for i in committed if f"b4-{i}" not in names))
             except Exception:
                 lost.append(None)
         self.rss("rss_after")  # before anything restarts the web processes
-        self.results["route_burst"] = {"updates": n, "sent_s": sent_s, "after_last_s": seen, "lost": lost,
+        self.results["route_burst"] = {"updates": n, "committed": len(committed), "sent_s": sent_s, "after_last_s": seen, "lost": lost,
                                        "errors": errors, "timeout_s": self.args.burst_timeout}
 
     async def cpu_per_request(self, s: aiohttp.ClientSession) -> None:
@@ -1140,6 +1155,8 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         out["loop_burst"] = (f"{ms(bd['p50'])}/{ms(bd['p99'])}/{ms(bd['max'])} ms "
                              f"({loop['burst_changes']} changes, applied after {applied})")
         out["loop_ratio"] = f"{loop['ratio_p99']:.1f}x" if loop["ratio_p99"] else "n/a"
+        if loop.get("errors"):
+            out["loop_ratio"] += f" ({len(loop['errors'])} write errors: {loop['errors'][0][:60]})"
     elif r.get("mode") == "router":
         out["loop_steady"] = out["loop_burst"] = out["loop_ratio"] = "n/a (measured in YAML mode)"
     else:
@@ -1150,7 +1167,10 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         when = (f"{max(seen):.1f} s" if None not in seen
                 else f"n/a (not applied in {b['timeout_s']:.0f} s after the last)")
         out["burst_applied"] = f"{when} (sent in {b['sent_s']:.1f} s)"
-        out["burst_lost"] = "/".join("?" if x is None else str(x) for x in b["lost"]) + f" of {b['updates']}"
+        out["burst_lost"] = "/".join("?" if x is None else str(x) for x in b["lost"]) + (
+            f" of {b.get('committed', b.get('distinct_circuits', b['updates']))} committed")
+        if b.get("errors"):
+            out["burst_lost"] += f" ({len(b['errors'])} write errors: {b['errors'][0][:60]})"
     else:
         out["burst_applied"] = out["burst_lost"] = na("route_burst")
     for key, label in (("reconcile_nothing", "rec_nothing"), ("reconcile_one", "rec_one")):
@@ -1187,7 +1207,7 @@ LABELS = [
     ("loop_steady", "3 1-conn loop, no changes p50/p99/max"),
     ("loop_burst", "3 1-conn loop during change burst"),
     ("loop_ratio", "3 p99 ratio burst/steady"),
-    ("burst_applied", "4 1000 route updates: applied after last"),
+    ("burst_applied", "4 burst of route updates: applied after last"),
     ("burst_lost", "4 lost (web0/web1)"),
     ("rec_nothing", "5 reconcile, nothing changed"),
     ("rec_one", "5 reconcile, one change"),
@@ -1203,7 +1223,7 @@ ROUTER_LABELS = {
     "revoke": "2a coordinator key DELETE -> 401 p50/p95/max",
     "backend_add": "2b route replace (fake REST) -> visible",
     "publication": "2c publication PUT -> routable",
-    "burst_applied": "4 route replaces: applied after last",
+    "burst_applied": "4 burst of route replaces: applied after last",
     "rec_nothing": "5 reconcile pull, nothing changed",
     "rec_one": "5 reconcile pull, one route ratio changed",
 }
@@ -1212,6 +1232,7 @@ ROUTER_LABELS = {
 def run_child(args: argparse.Namespace, db: str, small: bool, out: Path, router: bool = False) -> dict[str, Any] | None:
     cmd = [PY, __file__, "--worker", db, "--child-json", str(out), "--scale", str(args.scale), "--reps", str(args.reps),
            "--step-budget", str(args.step_budget), "--change-timeout", str(args.change_timeout),
+           "--yaml-timeout", str(args.yaml_timeout),
            "--start-timeout", str(args.start_timeout), "--loop-seconds", str(args.loop_seconds),
            "--burst-changes", str(args.burst_changes), "--burst-updates", str(args.burst_updates),
            "--burst-seconds", str(args.burst_seconds), "--burst-timeout", str(args.burst_timeout),
@@ -1294,6 +1315,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20, help="repetitions of each single-change row")
     ap.add_argument("--step-budget", type=float, default=60.0, help="seconds a repeated step may take before capping")
     ap.add_argument("--change-timeout", type=float, default=60.0, help="seconds one change may take to be visible")
+    ap.add_argument("--yaml-timeout", type=float, default=120.0, help="seconds one YAML edit may take to be visible")
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--loop-seconds", type=float, default=5.0)
     ap.add_argument("--burst-changes", type=int, default=100)
