@@ -1253,11 +1253,19 @@ def run_child(args: argparse.Namespace, db: str, small: bool, out: Path, router:
     what = ("ROUTER " if router else "YAML ") + ("small baseline" if small else f"scale {args.scale}")
     print(f"[scale] {db}: {what} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
+    child = subprocess.Popen(cmd, cwd=ROOT)
     try:
-        subprocess.run(cmd, cwd=ROOT, timeout=args.child_timeout, check=False)
+        child.wait(args.child_timeout)
     except subprocess.TimeoutExpired:
-        print(f"[scale] {db}: {what} exceeded {args.child_timeout:.0f} s", file=sys.stderr)
-        return None
+        # SIGINT: the child stops its node processes, drops its database and
+        # writes what it measured so far.
+        print(f"[scale] {db}: {what} exceeded {args.child_timeout:.0f} s; stopping it", file=sys.stderr)
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(120)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
     print(f"[scale] {db}: {what} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return orjson.loads(out.read_bytes()) if out.exists() else None
 
