@@ -1,7 +1,7 @@
 # The two commands a newcomer needs (README): `make run` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: run run-daphne test faults check lint bench setup setup-dev clean
+.PHONY: run run-daphne test faults check lint bench bench-scale setup setup-dev clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -35,6 +35,10 @@ check: lint test
 
 bench: setup-dev
 	@$(PY) bench/bench.py
+
+## The cluster-scale benchmark (20,000 backends, 100,000 keys; SQLite and PostgreSQL; docs/performance.md#scale).
+bench-scale: setup-dev
+	@$(PY) bench/scale.py
 
 clean:
 	rm -rf var .pytest_cache
