@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -149,8 +151,17 @@ def _apply_router(
     pull_started=None,
     node_id: str = "",
     changed: bool = False,
+    endpoints: Iterable[str] | None = None,
+    keys_changed: bool = False,
 ) -> ApplyResult:
-    return apply_locked(
+    """Plan and apply; `changed`: publications changed — of `endpoints` only
+    when given (only their circuits are planned again). `keys_changed`: the
+    coordinator keys changed, which no plan reads: a revision bump is enough."""
+    replan = None
+    if endpoints is not None:
+        eps = sorted({str(e).lower() for e in endpoints})
+        replan = list(Circuit.objects.filter(endpoint_id__in=eps).values_list("circuit_id", flat=True))
+    result = apply_locked(
         list(circuits),
         {},
         source=source,
@@ -161,7 +172,21 @@ def _apply_router(
         node_id=node_id,
         desire=router_circuit_desire(authority),
         extra_changed=changed,
+        replan=replan,
     )
+    if keys_changed and result.revision is None:
+        result = replace(result, revision=bump_revision(f"appproxy {source}"))
+    return result
+
+
+def _endpoints(mappings: Iterable[Any]) -> set[str]:
+    """The endpoint ids of stored (dicts) or wire publication mappings."""
+    out = set()
+    for m in mappings or ():
+        ep = m.get("endpoint_id") if isinstance(m, dict) else getattr(m, "endpoint_id", None)
+        if ep:
+            out.add(str(ep).lower())
+    return out
 
 
 def _fetch_snapshot(client, worker_id: str, known: str | None) -> RouterSnapshot | None:
@@ -177,10 +202,11 @@ def _fetch_snapshot(client, worker_id: str, known: str | None) -> RouterSnapshot
     return snap
 
 
-def _apply_snapshot(authority: str, snap: RouterSnapshot) -> bool:
-    changed = _sync_publications(authority, snap)
-    changed |= sync_coordinator_keys((_coordinator_key(k) for k in snap.keys), full=True, keep=snap.skipped_keys)
-    return changed
+def _apply_snapshot(authority: str, snap: RouterSnapshot) -> tuple[bool, bool]:
+    """(publications changed, coordinator keys changed)."""
+    published = _sync_publications(authority, snap)
+    keys = sync_coordinator_keys((_coordinator_key(k) for k in snap.keys), full=True, keep=snap.skipped_keys)
+    return published, keys
 
 
 def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> None:
@@ -245,7 +271,7 @@ def router_pull_and_apply(
         try:
             with transaction.atomic():
                 lock_revision()
-                changed = _apply_snapshot(authority, snap) if snap is not None else False
+                published, keys = _apply_snapshot(authority, snap) if snap is not None else (False, False)
                 _record_pull(authority, node_id, snap)  # before the bump: it names the worker row
                 result = _apply_router(
                     authority,
@@ -255,7 +281,8 @@ def router_pull_and_apply(
                     keep=failed,
                     pull_started=started,
                     node_id=node_id,
-                    changed=changed,
+                    changed=published,
+                    keys_changed=keys,
                 )
                 applied_at = current_revision()  # ours: the revision row is locked until commit
         except Exception:
@@ -280,25 +307,28 @@ def apply_publication(authority: str, pub: WirePublication, *, lock_timeout: flo
     """model_updated: upsert the full publication (by primary name)."""
     with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
         lock_revision()
+        before = Publication.objects.filter(authority=authority, model=pub.model).values_list("mappings", flat=True)
+        endpoints = _endpoints(pub.mappings) | _endpoints(before.first() or ())
         changed = _write_publication(authority, pub)
-        return _apply_router(authority, source="model_updated", changed=changed)
+        return _apply_router(authority, source="model_updated", changed=changed, endpoints=endpoints)
 
 
 def remove_publication(authority: str, model: str, *, lock_timeout: float = 30.0) -> ApplyResult:
     """model_removed: the publication and all its aliases go."""
     with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
         lock_revision()
-        deleted, _ = Publication.objects.filter(authority=authority, model=model).delete()
+        rows = Publication.objects.filter(authority=authority, model=model)
+        endpoints = set().union(*(_endpoints(m) for m in rows.values_list("mappings", flat=True)))
+        deleted, _ = rows.delete()
         touch(PUBLICATION, model)
-        return _apply_router(authority, source="model_removed", changed=bool(deleted))
+        return _apply_router(authority, source="model_removed", changed=bool(deleted), endpoints=endpoints)
 
 
 def remove_key(authority: str, key_id: str, *, lock_timeout: float = 30.0) -> ApplyResult:
     """key_removed: applied at once, no lookup."""
     with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
         lock_revision()
-        changed = remove_coordinator_key(key_id)
-        return _apply_router(authority, source="key_removed", changed=changed)
+        return _apply_router(authority, source="key_removed", keys_changed=remove_coordinator_key(key_id))
 
 
 def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0) -> ApplyResult | None:
@@ -314,9 +344,9 @@ def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_t
             return None  # nothing changed since our revision
         with transaction.atomic():
             lock_revision()
-            changed = _apply_snapshot(authority, snap)
+            published, keys = _apply_snapshot(authority, snap)
             _record_pull(authority, node_id, snap)  # before the bump: it names the worker row
-            result = _apply_router(authority, source="key_updated", changed=changed)
+            result = _apply_router(authority, source="key_updated", changed=published, keys_changed=keys)
     return result
 
 

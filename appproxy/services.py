@@ -208,14 +208,21 @@ def apply_locked(  # the caller holds reconcile_lock
     node_id: str = "",
     desire: Callable[[Iterable[WireCircuit], Mapping[str, str]], dict[str, BackendSpec]] | None = None,
     extra_changed: bool = False,
+    replan: Collection[str] | None = None,
 ) -> ApplyResult:
+    """`extra_changed`: an input of the plan other than circuits changed (the
+    publications); every circuit is planned again, or only the mirrored
+    circuits `replan` names when the caller knows which it affects."""
     now = timezone.now()
     incoming = {str(c.id): c for c in circuits}
     with transaction.atomic():
         lock_revision()  # nodes sharing one PostgreSQL apply one at a time
         removing = {str(i).lower() for i in remove}
-        whole = full or extra_changed  # else only the named circuits' rows are read
-        rows_qs = Circuit.objects.all() if whole else Circuit.objects.filter(circuit_id__in=[*incoming, *removing])
+        replanning = set(replan or ())
+        whole = full or (extra_changed and replan is None)  # else only the named circuits' rows are read
+        rows_qs = (
+            Circuit.objects.all() if whole else Circuit.objects.filter(circuit_id__in=[*incoming, *removing, *replanning])
+        )
         rows = {row.circuit_id: row for row in rows_qs}
         gone = removing & rows.keys()
         if full:
@@ -251,10 +258,14 @@ def apply_locked(  # the caller holds reconcile_lock
                 # An event about a few circuits: a circuit's backends depend only
                 # on itself (and the publications, unchanged here), so only
                 # theirs are planned and compared, not the whole mirror's.
-                scope = {*upserted, *gone}
+                again = [
+                    c for cid in sorted(replanning - incoming.keys() - gone) if cid in rows
+                    if (c := stored_circuit(rows[cid])) is not None
+                ]
+                scope = {*upserted, *gone, *(str(c.id) for c in again)}
                 by_key = known_models() if desire is None else {}  # ROUTER's desire reads no models
                 by_key.update((incoming[cid].model_key, m) for cid, m in model_of.items() if m)
-                planned = [incoming[cid] for cid in upserted]
+                planned = [*(incoming[cid] for cid in upserted), *again]
             desired = (desire or desired_backends)(planned, by_key)
             for cid in upserted:
                 _write_circuit(rows.get(cid), incoming[cid], model_of[cid], desired, now)

@@ -192,10 +192,12 @@ class Runtime:
         it holds the configured state (false before the initial load)."""
         if self.selector.strategy != snap.strategy:
             self.selector = Selector(snap.strategy)
-        self.states.retain(snap.backends.keys())
-        if snap.health is not None:
+        if snap.backends is not self.snapshot.backends:  # (a key change shares them)
+            self.states.retain(snap.backends.keys())
+        if snap.health is not None and snap.health != self.snapshot.health:
             self.states.set_policy(snap.health)
-        self._candidates = {}
+        if snap.by_model is not self.snapshot.by_model or snap.backends is not self.snapshot.backends:
+            self._candidates = {}
         self.gate = self._make_gate(snap)
         self.snapshot = snap
         self.last_error = None
@@ -268,7 +270,9 @@ class Runtime:
                         revision = int(message["data"])
                     except (TypeError, ValueError):
                         continue
-                    if revision != self.snapshot.revision:
+                    # Only newer: the notices queued while a reload ran are
+                    # covered by it (a DB reset is the safety poll's business).
+                    if revision > self.snapshot.revision:
                         await self.reload()
             except asyncio.CancelledError:
                 raise
@@ -332,7 +336,9 @@ class Runtime:
                 if now - last_db_check >= settings.ROUTER_POLL_SECONDS:
                     last_db_check = now
                     revision = await _in_thread(current_revision)
-                    if revision != self.snapshot.revision:
+                    # Only newer: the notices queued while a reload ran are
+                    # covered by it (a DB reset is the safety poll's business).
+                    if revision > self.snapshot.revision:
                         await self.reload()
             except asyncio.CancelledError:
                 raise
