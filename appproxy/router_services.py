@@ -36,11 +36,11 @@ from django.utils import timezone
 
 from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coordinator_key, sync_coordinator_keys
 from router.core.backend import BackendSpec
-from router.revision import bump_revision, current_revision, lock_revision, touch
+from router.revision import BACKEND, bump_revision, changes_since, current_revision, lock_revision, touch
 
 from . import router_metrics
 from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
-from .models import PUBLICATION, WORKER, Circuit, Publication, WorkerState
+from .models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
 from .plan import Plan
 from .router_plan import RouterPlan, desired
 from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
@@ -237,6 +237,13 @@ def _forget_revision(authority: str, node_id: str) -> None:
 _pulled: dict[tuple[str, str], tuple[str, int]] = {}
 
 
+def _unchanged_since(memo: tuple[str, int] | None, digest: str) -> bool:
+    if memo is None or not digest or memo[0] != digest:
+        return False
+    changes = changes_since(memo[1], current_revision())
+    return changes is not None and not changes.keys() & {CIRCUIT, PUBLICATION, BACKEND}
+
+
 def router_pull_and_apply(
     settings, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0
 ) -> ApplyResult:
@@ -255,9 +262,10 @@ def router_pull_and_apply(
         if snap is None and known is None:
             raise CoordinatorError("GET router-config: 304 without a known revision")
         memo = (authority, node_id)
-        if snap is None and row is not None and row.first_pull_applied and _pulled.get(memo) == (digest, current_revision()):
+        if snap is None and row is not None and row.first_pull_applied and _unchanged_since(_pulled.get(memo), digest):
             # Nothing changed: the same circuits as the pull this process last
-            # applied, router-config 304, and no other writer since. Only the
+            # applied, router-config 304, and no writer changed circuits,
+            # publications or backends since (the change log says). Only the
             # node's own pull time and count are written (they schedule the next pull).
             with transaction.atomic():
                 _record_pull(authority, node_id, None)

@@ -17,6 +17,7 @@ from appproxy.client import CoordinatorClient
 from appproxy.models import WorkerState
 from appproxy.router_wire import router_registration
 from fakes import openai_backend
+from keys.services import key_create
 from router.core.secret import Secret
 from router.models import Backend
 from router.revision import current_revision
@@ -62,14 +63,20 @@ def pull(s) -> router_services.ApplyResult:
     return router_services.router_pull_and_apply(s.settings, client=s.client, worker_id=s.worker_id, node_id="n1")
 
 
+READS: set[str] = set()  # the tables the last writes() call read
+
+
 def writes(fn):
-    """(result, the tables fn wrote to)."""
+    """(result, the tables fn wrote to); what it read is left in READS."""
     tables: list[str] = []
+    READS.clear()
 
     def record(execute, sql, params, many, context):
         verb = sql.lstrip().split(" ", 1)[0].upper()
         if verb in ("INSERT", "UPDATE", "DELETE"):
             tables.append(sql.split('"')[1] if '"' in sql else sql[:40])
+        elif verb == "SELECT" and ' FROM "' in sql:
+            READS.add(sql.split(' FROM "', 1)[1].split('"', 1)[0])
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
@@ -85,9 +92,16 @@ def test_a_pull_that_finds_nothing_changed_writes_only_the_nodes_pull_time(setup
 
     again, tables = writes(lambda: pull(setup))
     assert not again.changed and current_revision() == revision
-    assert tables == {"appproxy_workerstate"}
+    assert tables == {"appproxy_workerstate"} and "appproxy_circuit" not in READS  # not even parsed
     row = WorkerState.objects.get(node_id="n1")
     assert row.pulls_unchanged == pulls + 1 and row.last_pull_result == "304"
+
+    # A write that touches no circuit, publication or backend (an operator
+    # key) does not make the next unchanged pull apply again.
+    key_create(name="ops")
+    later, tables = writes(lambda: pull(setup))
+    assert not later.changed and tables == {"appproxy_workerstate"} and "appproxy_circuit" not in READS
+    revision = current_revision()
 
     # One change at the coordinator (a second replica): the next pull applies it.
     setup.manager.routes(setup.endpoint, *setup.replicas)
