@@ -429,17 +429,22 @@ class Bench:
         self.results["reconcile_nothing"] = measure(False)
         self.results["reconcile_one"] = measure(True)
 
+    def _reps(self, what: str):
+        """range(--reps), cut short (with a note) once --step-budget is spent."""
+        budget_end = time.perf_counter() + self.args.step_budget
+        for i in range(self.args.reps):
+            if time.perf_counter() > budget_end:
+                self.notes.append(f"{what} capped at {i} of {self.args.reps} repetitions (step budget)")
+                return
+            yield i
+
     async def revocations(self, s: aiohttp.ClientSession) -> None:
         from keys.keyring import hash_key
         from keys.models import ApiKey
         from keys.services import key_revoke
 
         times: list[float | None] = []
-        budget_end = time.perf_counter() + self.args.step_budget
-        for i in range(self.args.reps):
-            if time.perf_counter() > budget_end:
-                self.notes.append(f"key revocation capped at {i} of {self.args.reps} repetitions (step budget)")
-                break
+        for i in self._reps("key revocation"):
             key = self.plain[i + 1]
             # the key works everywhere first (so the change is what we time)
             ok = await self.visible(s, time.perf_counter(),
@@ -478,11 +483,7 @@ class Bench:
 
     async def backend_adds(self, s: aiohttp.ClientSession) -> None:
         times: list[float | None] = []
-        budget_end = time.perf_counter() + self.args.step_budget
-        for i in range(self.args.reps):
-            if time.perf_counter() > budget_end:
-                self.notes.append(f"backend add capped at {i} of {self.args.reps} repetitions (step budget)")
-                break
+        for i in self._reps("backend add"):
             model = f"adm-{i}"
             self.admin_add(f"scale-adm-{i}", model)
             t0 = time.perf_counter()
@@ -492,11 +493,7 @@ class Bench:
 
     async def yaml_edits(self, s: aiohttp.ClientSession) -> None:
         times: list[float | None] = []
-        budget_end = time.perf_counter() + self.args.step_budget
-        for i in range(self.args.reps):
-            if time.perf_counter() > budget_end:
-                self.notes.append(f"YAML edit capped at {i} of {self.args.reps} repetitions (step budget)")
-                break
+        for i in self._reps("YAML edit"):
             model = f"ynew-{i}"
             self.yaml_extra.append(f"  - {{name: yaml-new-{i}, url: 'http://127.0.0.1:{self.backend_ports[1]}', "
                                    f"models: [{model}]}}")
@@ -875,11 +872,7 @@ class RouterBench(Bench):
     # ---- steps ----
     async def coordinator_key_deletes(self, s: aiohttp.ClientSession) -> None:
         times: list[float | None] = []
-        budget_end = time.perf_counter() + self.args.step_budget
-        for i in range(self.args.reps):
-            if time.perf_counter() > budget_end:
-                self.notes.append(f"coordinator key delete capped at {i} of {self.args.reps} repetitions (step budget)")
-                break
+        for i in self._reps("coordinator key delete"):
             key = self.coord_plain[i]
             ok = await self.visible(s, time.perf_counter(),
                                     lambda p, k=key: self._status_is(s, p, "probe-model", k, 200), 30)
@@ -907,11 +900,7 @@ class RouterBench(Bench):
     async def route_updates(self, s: aiohttp.ClientSession) -> None:
         """Replace the probe circuit's route: a dead port (answers 5xx), then a live one (200)."""
         times: list[float | None] = []
-        budget_end = time.perf_counter() + self.args.step_budget
-        for i in range(self.args.reps):
-            if time.perf_counter() > budget_end:
-                self.notes.append(f"ROUTER route update capped at {i} of {self.args.reps} repetitions (step budget)")
-                break
+        for i in self._reps("ROUTER route update"):
             good = i % 2 == 1
             await asyncio.to_thread(self.replace_routes, self.probe_ep,
                                     [self.backend_ports[0] if good else self.dead_port])
@@ -926,11 +915,7 @@ class RouterBench(Bench):
     async def publication_edits(self, s: aiohttp.ClientSession) -> None:
         times: list[float | None] = []
         puts: list[float] = []
-        budget_end = time.perf_counter() + self.args.step_budget
-        for i in range(self.args.reps):
-            if time.perf_counter() > budget_end:
-                self.notes.append(f"publication edit capped at {i} of {self.args.reps} repetitions (step budget)")
-                break
+        for i in self._reps("publication edit"):
             name = f"pub-{i}"
             t0 = time.perf_counter()  # the fake commits at receipt; the PUT returns after the first ack
             await asyncio.to_thread(self.fake_http, "PUT", f"/v2/routers/{self.authority}/models/{name}",
