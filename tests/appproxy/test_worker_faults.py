@@ -67,7 +67,7 @@ def test_coordinator_down_at_start_then_registers(replicas):
         endpoint_id, created = manager.create(name)
         assert created.status_code == 200, created.text
         manager.routes(endpoint_id, replicas["f-a"])
-        eventually(lambda: routed_to(node.chat(node.host(name))) == "f-a", 15, "routable")
+        eventually(lambda: routed_to(node.chat(node.host(name))) == "f-a", 30, "routable")
     finally:
         node.stop()
         fc.stop()
