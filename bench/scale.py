@@ -688,22 +688,30 @@ class Bench:
                     if "rss_after" not in self.results:
                         self.rss("rss_after")
         finally:
-            self.stop_node()
-            for name in list(self.procs):
-                self.procs.pop(name).stop()
-            with contextlib.suppress(Exception):
-                from django.db import connections
-
-                connections.close_all()
-            self.drop_database()
-            self.cleanup_redis()
-            if self.args.keep:
-                self.notes.append(f"kept {self.tmp}")
-            else:
-                shutil.rmtree(self.tmp, ignore_errors=True)
+            self.teardown()
         self.results["notes"] = self.notes
         self.results["total_s"] = time.perf_counter() - t_all
         return self.results
+
+    def teardown(self) -> None:
+        """Stop every process this run started, drop its database, Redis keys and temp dir."""
+        self.stop_node()
+        for name in list(self.procs):
+            self.procs.pop(name).stop()
+        self.stop_peers()
+        with contextlib.suppress(Exception):
+            from django.db import connections
+
+            connections.close_all()
+        self.drop_database()
+        self.cleanup_redis()
+        if self.args.keep:
+            self.notes.append(f"kept {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def stop_peers(self) -> None:
+        """What a mode runs beside the node (ROUTER: the fake coordinator)."""
 
     async def settle(self, s: aiohttp.ClientSession, before: str) -> None:
         """Idle web processes before a step; a reload backlog the previous step
@@ -742,6 +750,11 @@ class RouterBench(Bench):
     after that goes through the fake's REST (route replace, publication PUT,
     key DELETE), i.e. the coordinator's events and pulls.
     """
+
+    def stop_peers(self) -> None:
+        if self.fake is not None:
+            with contextlib.suppress(Exception):
+                self.fake.stop()
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
@@ -1066,22 +1079,7 @@ class RouterBench(Bench):
                         await self.settle(s, name)
                         await self.step(name, step(s))
         finally:
-            self.stop_node()
-            for name in list(self.procs):
-                self.procs.pop(name).stop()
-            if self.fake is not None:
-                with contextlib.suppress(Exception):
-                    self.fake.stop()
-            with contextlib.suppress(Exception):
-                from django.db import connections
-
-                connections.close_all()
-            self.drop_database()
-            self.cleanup_redis()
-            if self.args.keep:
-                self.notes.append(f"kept {self.tmp}")
-            else:
-                shutil.rmtree(self.tmp, ignore_errors=True)
+            self.teardown()
         self.results["notes"] = self.notes
         self.results["total_s"] = time.perf_counter() - t_all
         return self.results
