@@ -42,7 +42,9 @@ _PATH_SELECTORS = ("iop_response_mode", "response_mode", "execution_path", "iop_
 
 @dataclass(slots=True)
 class Envelope:
-    endpoint: str  # "chat/completions" | "completions" | "embeddings" | "responses"
+    # "chat/completions" | "completions" | "embeddings" | "responses" |
+    # "messages/count_tokens" (the Anthropic door's count, body = the chat body)
+    endpoint: str
     raw: bytes
     body: dict[str, Any]
     model: str
@@ -51,6 +53,9 @@ class Envelope:
     client_ip: str
     host: str
     request_id: str
+    # Per-request facts for the provider. "anthropic_request": the Anthropic
+    # door's own body (as parsed), so an Anthropic-kind provider can send it
+    # as is instead of the converted `body` (Exchange.wire = "anthropic").
     notes: dict[str, Any] = field(default_factory=dict)
     max_response_bytes: int = 64 * 1024 * 1024  # server.max_response_bytes: a whole answer's cap
     relay_whole: bool = False  # the door relays a whole answer's bytes as they come (OpenAI door)

@@ -20,7 +20,7 @@ from celery import shared_task
 
 from .core.health import StateTable
 from .core.snapshot import EMPTY
-from .providers import listed_models, probe_url
+from .providers import listed_models, probe_headers, probe_url
 from .redis import sync_client
 from .runtime import health_key
 from .selectors import refresh_snapshot
@@ -56,8 +56,7 @@ def probe_backends() -> dict[str, bool]:
         target = probe_url(spec, policy.path)
         if target is None or now - _last_probe.get(spec.name, 0.0) < policy.interval_s:
             continue
-        headers = {"authorization": "Bearer " + spec.api_key.reveal()} if spec.api_key else {}
-        due.append((spec.name, target, headers, spec.kind))
+        due.append((spec.name, target, probe_headers(spec), spec.kind))
     if not due:
         return {}
     with httpx.Client(timeout=policy.timeout_s) as client, ThreadPoolExecutor(8) as pool:

@@ -15,8 +15,8 @@ Invariants:
 Adding a provider kind is:
 1. one module (or package) under `router/providers/` with an object that
    satisfies `base.Provider`: its `kinds`, its execution `path`
-   ("passthrough" or "normalized"), `start()`, `finish()`/`relay()`, `probe_url()`
-   and `listed_models()`; shared upstream helpers are in `http.py`;
+   ("passthrough" or "normalized"), `start()`, `finish()`/`relay()`, `probe_url()`,
+   `probe_headers()` and `listed_models()`; shared upstream helpers are in `http.py`;
 2. one line in `PROVIDERS` below;
 3. its tests (`tests/router/providers/`), and its row in docs/mixed-providers.md
    (the classifier table, checked by tests/mix/test_docs.py).
@@ -70,6 +70,11 @@ def probe_url(spec: BackendSpec, path: str) -> str | None:
     return provider_for(spec.kind).probe_url(spec, path)
 
 
+def probe_headers(spec: BackendSpec) -> dict[str, str]:
+    """The headers of the probe's GET to `spec` (its provider's auth)."""
+    return provider_for(spec.kind).probe_headers(spec)
+
+
 def listed_models(kind: str, body: bytes) -> list[str] | None:
     """Model names from a probe's 200 answer, as the provider of `kind` lists them."""
     try:
@@ -88,6 +93,7 @@ __all__ = [
     "Provider",
     "listed_models",
     "path_of",
+    "probe_headers",
     "probe_url",
     "provider_for",
 ]

@@ -52,6 +52,11 @@ class Exchange:
     close: Callable[[], Any] | None = None  # closes the upstream response
     upstream_ms: float = 0.0  # time to the first byte
     info: dict[str, Any] = field(default_factory=dict)  # observation extras
+    # The wire format of `body` / `stream`: "openai" (every front door renders
+    # it), or "anthropic" when an Anthropic-kind provider answered the
+    # Anthropic door's own request as is (router/frontends/messages.py relays
+    # it without translating twice).
+    wire: str = "openai"
 
 
 class Provider(Protocol):
@@ -81,4 +86,9 @@ class Provider(Protocol):
 
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         """Model names from a probe's 200 JSON object; None = not a listing."""
+        ...
+
+    def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
+        """The headers of the probe's GET: the provider's own auth header(s)
+        and the backend's configured headers."""
         ...

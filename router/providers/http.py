@@ -77,6 +77,14 @@ def provider_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None)
     return headers
 
 
+def bearer_probe_headers(spec: BackendSpec) -> dict[str, str]:
+    """Probe headers of the kinds that authenticate with `Authorization: Bearer`."""
+    headers = {"authorization": "Bearer " + spec.api_key.reveal()} if spec.api_key else {}
+    for name, value in spec.headers:
+        headers[name.lower()] = value
+    return headers
+
+
 def _wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     """Headers as bytes: ASCII as is, anything else (configured) as UTF-8
     (httpx would raise UnicodeEncodeError on a non-ASCII str)."""

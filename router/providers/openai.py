@@ -21,7 +21,7 @@ from ..core.backend import BackendSpec
 from ..core.errors import UpstreamError, UpstreamTimeout
 from ..request import Envelope
 from .base import Exchange
-from .http import is_timeout, provider_headers, relay_headers, send
+from .http import bearer_probe_headers, is_timeout, provider_headers, relay_headers, send
 
 # A whole answer the client may get as it comes (no name to rewrite, the door
 # relays bytes) is read whole only up to this declared length; a longer one,
@@ -73,6 +73,9 @@ class OpenAIProvider:
         if base.endswith("/v1") and path.startswith("/v1/"):
             return base + path[3:]
         return base + path
+
+    def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
+        return bearer_probe_headers(spec)
 
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         """Model ids from a `GET /v1/models` answer (`{"data": [{"id": …}]}`)."""

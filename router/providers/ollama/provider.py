@@ -23,7 +23,7 @@ from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, Ups
 from ...request import Envelope
 from .. import ollama  # this package's pure conversions (its __init__)
 from ..base import Exchange, UpstreamFailed
-from ..http import is_timeout, provider_headers, send
+from ..http import bearer_probe_headers, is_timeout, provider_headers, send
 
 _ENDPOINTS = {
     "chat/completions": ("/api/chat", ollama.chat_request),
@@ -43,6 +43,9 @@ class OllamaProvider:
         OpenAI-compatible servers and does not apply."""
         del path
         return spec.url.rstrip("/") + "/api/tags"
+
+    def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
+        return bearer_probe_headers(spec)
 
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         """Model names from an `/api/tags` answer."""
