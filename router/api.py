@@ -61,6 +61,12 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
     return await messages.create_message(request)
 
 
+@api.post("/messages/count_tokens", include_in_schema=False)
+async def count_message_tokens(request: HttpRequest) -> HttpResponseBase:
+    """Anthropic's token count: the provider's count, or the router's marked estimate."""
+    return await messages.count_tokens(request)
+
+
 @api.get("/models", include_in_schema=False)
 async def list_models(request: HttpRequest) -> HttpResponseBase:
     return await models.list_models(request)
@@ -81,7 +87,7 @@ def _shaped(view: View) -> View:
         response = await view(request, *args, **kwargs)
         if not isinstance(response, HttpResponseNotAllowed):
             return response
-        if request.path.rstrip("/").endswith("/v1/messages"):
+        if request.path.rstrip("/").endswith(("/v1/messages", "/v1/messages/count_tokens")):
             refusal = messages.method_not_allowed(request)
         else:
             refusal = error_response(MethodNotAllowed(f"Method {request.method} is not allowed on {request.path}."))

@@ -153,7 +153,10 @@ class Routed:
             return
         self._finished = True
         assert self._state is not None
-        self._rt.release(self._state, ok=ok, latency_ms=self.exchange.upstream_ms)
+        # An answer the provider made without the backend (the count estimate)
+        # says nothing about the backend's health or latency.
+        verdict = None if self.exchange.info.get("estimate") else ok
+        self._rt.release(self._state, ok=verdict, latency_ms=self.exchange.upstream_ms)
         obs = self.obs
         obs["latency_ms"] = (time.perf_counter() - self._started) * 1000.0
         obs["usage"] = info.get("usage")
@@ -250,8 +253,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
     if last is not None:  # relay the provider's own last error as it came
         obs["status"] = last.status
         observe.record(obs)
-        return Routed(rt, None, Exchange(last.spec, last.status, [], last.content_type, last.body), env, obs,
-                      started, None)
+        relayed = Exchange(last.spec, last.status, [], last.content_type, last.body, wire=last.wire)
+        return Routed(rt, None, relayed, env, obs, started, None)
     if last_failure is not None:
         if last_failure.timeout:
             raise UpstreamTimeout(f"No backend for '{model}' answered in time.")

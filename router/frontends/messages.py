@@ -1,4 +1,4 @@
-"""POST /v1/messages: the Anthropic door on the one pipeline (CORE-11).
+"""POST /v1/messages (and /v1/messages/count_tokens): the Anthropic door on the one pipeline (CORE-11).
 
 Parse and convert (`anthropic`, pure) → admit → route, exactly as the OpenAI
 door does (key gate with `Authorization: Bearer` or `x-api-key`, model
@@ -7,6 +7,12 @@ answer as Anthropic's message or events. Streams are translated chunk by
 chunk, never buffered; a client disconnect closes the routed relay and with
 it the upstream (CORE-10). `anthropic-version` is accepted and ignored; the
 pipeline forwards only its own allow-list of headers, never that one.
+
+An Anthropic-kind backend gets the client's own body (`env.notes`), and its
+answer (`Exchange.wire == "anthropic"`) is relayed as it came: no double
+translation. A count is answered by the provider when it can count, else by
+the router's estimate, marked `X-Token-Count: estimate`
+(router/providers/estimate.py).
 """
 
 from __future__ import annotations
@@ -48,8 +54,20 @@ def _router_error(exc: RouterError) -> HttpResponse:
 
 
 async def create_message(request: HttpRequest) -> HttpResponseBase:
+    """POST /v1/messages."""
+    return await _handle(request, count=False)
+
+
+async def count_tokens(request: HttpRequest) -> HttpResponseBase:
+    """POST /v1/messages/count_tokens: counted by the selected provider when it
+    can (Anthropic, Gemini), else the router's estimate (`X-Token-Count: estimate`)."""
+    return await _handle(request, count=True)
+
+
+async def _handle(request: HttpRequest, *, count: bool) -> HttpResponseBase:
     started = time.perf_counter()
-    obs: dict[str, Any] = {"endpoint": "chat/completions", "frontend": "anthropic"}
+    endpoint = "messages/count_tokens" if count else "chat/completions"
+    obs: dict[str, Any] = {"endpoint": endpoint, "frontend": "anthropic"}
     try:
         check_content_type(request.META.get("CONTENT_TYPE"))
         try:
@@ -58,7 +76,7 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
             raise RequestTooLarge() from None
         body = anthropic.parse(raw)
         reject_path_selector(body)
-        conversion = anthropic.to_openai(body)
+        conversion = anthropic.to_openai(_countable(body) if count else body)
     except RouterError as exc:
         return _router_error(exc)
     if conversion.ignored:
@@ -73,9 +91,11 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
         target = caller.pinned or model
         caller.check_model(target)
         env = Envelope(
-            endpoint="chat/completions", raw=converted, body=request_body, model=model, stream=stream,
+            endpoint=endpoint, raw=converted, body=request_body, model=model, stream=stream,
             headers=headers, client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
             max_response_bytes=snap.max_response_bytes,
+            # An Anthropic-kind provider sends this as is (Exchange.wire "anthropic").
+            notes={"anthropic_request": body},
         )
         routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
@@ -84,10 +104,26 @@ async def create_message(request: HttpRequest) -> HttpResponseBase:
     return await rendered(routed, lambda r: _render(r, conversion), _router_error)
 
 
+def _countable(body: dict[str, Any]) -> dict[str, Any]:
+    """A count_tokens body as a Messages body: the count takes no `max_tokens`
+    (nor `stream`), which the conversion requires."""
+    if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
+        body = {**body, "max_tokens": 1}
+    return {k: v for k, v in body.items() if k != "stream"}
+
+
 def _render(routed: Routed, conversion: anthropic.Conversion) -> HttpResponseBase:
     message_id = "msg_" + secrets.token_hex(12)
     response: HttpResponseBase
-    if routed.streaming:
+    if routed.exchange.wire == "anthropic":  # the provider's own Anthropic answer: as it came
+        if routed.streaming:
+            response = RoutedStream(routed.events(), routed, status=routed.status, content_type=routed.content_type)
+        else:
+            response = HttpResponse(routed.body(), status=routed.status, content_type=routed.content_type)
+    elif routed.env.endpoint == "messages/count_tokens":  # an OpenAI-shaped refusal of the count
+        response = HttpResponse(anthropic.error_from_openai(routed.status, routed.body()), status=routed.status,
+                                content_type="application/json")
+    elif routed.streaming:
         translator = anthropic.MessageStream(
             model=conversion.model, message_id=message_id, stop_sequences=conversion.stop_sequences
         )
@@ -188,4 +224,4 @@ def method_not_allowed(request: HttpRequest) -> HttpResponse:
 
 def unknown(request: HttpRequest, rest: str) -> HttpResponse:
     """Anything under /v1/messages the router does not serve, Anthropic-shaped."""
-    return error_response(404, f"Unknown path /v1/{rest}; this router serves POST /v1/messages only.")
+    return error_response(404, f"Unknown path /v1/{rest}; this router serves POST /v1/messages and POST /v1/messages/count_tokens.")

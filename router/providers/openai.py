@@ -21,6 +21,7 @@ from ..core.backend import BackendSpec
 from ..core.errors import UpstreamError, UpstreamTimeout
 from ..request import Envelope
 from .base import Exchange
+from .estimate import estimated_count
 from .http import bearer_probe_headers, is_timeout, provider_headers, relay_headers, send
 
 # A whole answer the client may get as it comes (no name to rewrite, the door
@@ -85,6 +86,8 @@ class OpenAIProvider:
         return [m["id"] for m in items if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+        if env.endpoint == "messages/count_tokens":  # no count endpoint: the marked estimate
+            return estimated_count(spec, env.body, model)
         served = spec.served_name(model)
         relay = not env.stream and env.relay_whole and served == env.model
         sent = await send(

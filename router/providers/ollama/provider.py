@@ -23,6 +23,7 @@ from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, Ups
 from ...request import Envelope
 from .. import ollama  # this package's pure conversions (its __init__)
 from ..base import Exchange, UpstreamFailed
+from ..estimate import estimated_count
 from ..http import bearer_probe_headers, is_timeout, provider_headers, send
 
 _ENDPOINTS = {
@@ -52,6 +53,8 @@ class OllamaProvider:
         return [m["id"] for m in ollama.models_from_tags(data, owned_by="ollama")]
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+        if env.endpoint == "messages/count_tokens":  # no count endpoint: the marked estimate
+            return estimated_count(spec, env.body, model)
         route = _ENDPOINTS.get(env.endpoint)
         if route is None:
             raise UnsupportedParameter(

@@ -360,8 +360,10 @@ def test_malformed_bodies_are_anthropic_shaped_400s(stack, body, words):
 def test_other_methods_and_paths_are_anthropic_shaped(stack):
     r = httpx.get(stack.router.url + "/v1/messages", timeout=10)
     assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx.post(stack.router.url + "/v1/messages/count_tokens", json={}, timeout=10)
+    r = httpx.post(stack.router.url + "/v1/messages/batches", json={}, timeout=10)
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    r = httpx.post(stack.router.url + "/v1/messages/count_tokens", json={}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize(
@@ -456,3 +458,41 @@ def test_blocking_mode_key_gate(openai_backends, router_factory, monkeypatch):
     r = httpx.post(router.url + "/v1/messages", json=ask, headers={"x-api-key": key}, timeout=30)
     assert r.status_code == 200 and r.json()["type"] == "message"
     assert key not in router.logs()
+
+
+# -- /v1/messages/count_tokens --------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["m", "olla"])
+def test_count_tokens_on_a_kind_that_cannot_count_is_the_marked_estimate(stack, model):
+    """Neither an OpenAI-compatible nor an Ollama backend counts: the router's
+    estimate answers, says so in a header, and nothing is sent upstream."""
+    m = mark()
+    raw = stack.client().messages.with_raw_response.count_tokens(
+        model=model,
+        system="Be brief.",
+        messages=[{"role": "user", "content": f"{m} " + "word " * 40}],
+        tools=TOOLS,
+    )
+    count = raw.parse()
+    assert isinstance(count, anthropic.types.MessageTokensCount)
+    assert raw.headers["x-token-count"] == "estimate"
+    # 4 chars a token of the text (system, message, tool JSON) + 4 a message + 3.
+    assert 60 < count.input_tokens < 200
+    more = stack.client().messages.count_tokens(
+        model=model, messages=[{"role": "user", "content": f"{m} " + "word " * 400}]
+    )
+    assert more.input_tokens > count.input_tokens + 300
+    assert not received(stack.a, m) and not received(stack.o, m)
+
+
+def test_count_tokens_refusals_are_anthropic_shaped(stack):
+    client = stack.client()
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.messages.count_tokens(model="nope", messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.body["type"] == "error" and missing.value.body["error"]["type"] == "not_found_error"
+    response = httpx.post(stack.router.url + "/v1/messages/count_tokens", content=b"{", timeout=30,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+    response = httpx.get(stack.router.url + "/v1/messages/count_tokens", timeout=30)
+    assert response.status_code == 405 and response.json()["type"] == "error"
