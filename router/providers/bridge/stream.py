@@ -229,6 +229,8 @@ class ResponsesFromChat:
             self._items.append(None)
             added = function_item(call.item_id, call.call_id, call.name, "", "in_progress")
             out.append(self._event("response.output_item.added", output_index=call.index, item=added))
+        elif not call.name and isinstance(function.get("name"), str):
+            call.name = function["name"]  # a provider that names the call after opening it
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             call.pieces.append(arguments)

@@ -155,6 +155,16 @@ def test_tool_calls_stream_as_function_call_items() -> None:
     ]
 
 
+def test_a_call_named_after_it_opened_keeps_its_name() -> None:
+    events, _ = run(
+        chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "get_weather", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls"),
+        DONE,
+    )
+    assert events[-1].response.output[0].name == "get_weather"
+
+
 def test_text_then_a_tool_call() -> None:
     events, _ = run(
         chunk({"role": "assistant", "content": "Let me look."}),
