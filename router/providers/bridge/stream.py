@@ -41,12 +41,13 @@ class SseDecoder:
     line is kept as a list of chunks and joined once, when its newline arrives.
     """
 
-    __slots__ = ("_data", "_pending", "_size")
+    __slots__ = ("_data", "_data_size", "_pending", "_size")
 
     def __init__(self) -> None:
         self._pending: list[bytes] = []
         self._size = 0
         self._data: list[bytes] = []
+        self._data_size = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if b"\n" not in chunk:
@@ -68,16 +69,19 @@ class SseDecoder:
             if not line:
                 if self._data:
                     out.append(b"\n".join(self._data))
-                    self._data = []
+                    self._data, self._data_size = [], 0
             elif line.startswith(b"data:"):
                 value = line[5:]
                 self._data.append(value[1:] if value.startswith(b" ") else value)
+                self._data_size += len(value)
+                if self._data_size > MAX_EVENT:
+                    raise SseError(f"an SSE event longer than {MAX_EVENT} bytes")
         return out
 
     def close(self) -> list[bytes]:
         """The last event, for a stream that did not end with a blank line."""
         out = self.feed(b"\n\n") if self._pending or self._data else []
-        self._pending, self._size, self._data = [], 0, []
+        self._pending, self._size, self._data, self._data_size = [], 0, [], 0
         return out
 
 

@@ -283,3 +283,15 @@ def test_the_sse_decoder() -> None:
     assert decoder.feed(b"event: x\nid: 1\ndata: a\ndata:b\n\n:comment\n\ndata: c") == [b"a\nb"]
     assert decoder.close() == [b"c"]
     assert decoder.close() == []
+
+
+def test_the_sse_decoder_refuses_endless_lines_and_events(monkeypatch) -> None:
+    from router.providers.bridge import stream
+
+    monkeypatch.setattr(stream, "MAX_EVENT", 64)
+    with pytest.raises(SseError):
+        SseDecoder().feed(b"data: " + b"x" * 100)
+    decoder = SseDecoder()
+    with pytest.raises(SseError):
+        for _ in range(20):
+            decoder.feed(b"data: 0123456789\n")
