@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletion
 from router.core.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 from router.providers.gemini import (
     CHAT_POLICY,
+    EMBED_POLICY,
     Blocked,
     api_base,
     chat_completion,
@@ -471,3 +472,30 @@ def test_listed_models() -> None:
     assert listed_models(data) == ["gemini-2.5-flash", "gemini-embedding-001"]
     assert listed_models({}) == []
     assert listed_models({"data": []}) is None
+
+
+# -- docs/providers/gemini.md says what the code does ------------------------------------
+
+
+def doc_table(heading: str) -> list[tuple[str, str, str]]:
+    """The policy table under `heading` in docs/providers/gemini.md."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "providers" / "gemini.md").read_text()
+    match = re.search(rf"^#+ {re.escape(heading)}\s*$(.*?)(?=^#+ |\Z)", text, re.M | re.S)
+    assert match, heading
+    rows = [line for line in match.group(1).splitlines() if line.startswith("| `")]
+    out = []
+    for line in rows:
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        out.append((cells[0].strip("`"), cells[1], cells[2]))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("heading", "table"),
+    [("Field policy", CHAT_POLICY), ("Embeddings → `embedContent` / `batchEmbedContents`", EMBED_POLICY)],
+)
+def test_policy_tables_are_documented(heading, table) -> None:
+    assert doc_table(heading) == [(k, p, n) for k, (p, n) in table.items()]
