@@ -15,6 +15,7 @@ from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from fakes.gemini_backend import FAKE_API_KEY, server_thread
+from tests.mix.conftest import observation, rid
 from tests.router.providers.openai_shapes import exact, no_extras
 from tests.support.routerproc import RouterProc
 
@@ -87,12 +88,15 @@ def last_post(fake) -> dict:
 
 
 def test_chat_non_stream(stack, client) -> None:
-    _, fake = stack
+    router, fake = stack
+    request_id = rid()
     out = client.chat.completions.with_raw_response.create(
         model="gflash",
         messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
         max_tokens=64,
         temperature=0.2,
+        user="u-1",
+        extra_headers={"x-request-id": request_id},
     )
     body = orjson.loads(out.content)
     obj = exact(ChatCompletion, body)
@@ -108,6 +112,9 @@ def test_chat_non_stream(stack, client) -> None:
     }
     assert req.headers["x-goog-api-key"] == FAKE_API_KEY and req.headers["x-tenant"] == "team-g"
     assert "authorization" not in req.headers and "key=" not in req.path
+    obs = observation(router, request_id)
+    assert (obs["provider"], obs["kind"], obs["path"], obs["adapter"]) == ("gem-chat", "gemini", "normalized", "gemini")
+    assert obs["served"] == "gemini-2.5-flash" and obs["ignored_fields"] == ["user"]
 
 
 def test_chat_stream_with_usage(stack, client) -> None:
