@@ -30,12 +30,14 @@ import orjson
 
 from ..core.backend import BackendSpec
 from .base import Provider
+from .gemini.provider import GEMINI
 from .ollama.provider import OLLAMA
 from .openai import OPENAI
 
 PROVIDERS: tuple[Provider, ...] = (
     OPENAI,
     OLLAMA,
+    GEMINI,
 )
 
 _DEFAULT: Provider = OPENAI  # for a kind no provider claims (see above)
