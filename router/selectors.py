@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from . import extensions
-from .config_schema import RouterFile, interpolate
-from .core.backend import BackendSpec
+from .config_schema import CliConfig, RouterFile, interpolate
+from .core.backend import BackendSpec, CliSpec
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
@@ -65,7 +65,17 @@ def _spec(row: Any) -> BackendSpec:
         connect_timeout=row.connect_timeout,
         read_timeout=row.read_timeout,
         headers=headers,
+        cli=_cli(row),
     )
+
+
+def _cli(row: Any) -> CliSpec | None:
+    """The command of a cli backend, its ${VAR}s resolved (validated at config load)."""
+    section = (row.extra or {}).get("command")
+    if not section:
+        return None
+    cli = CliConfig.model_validate(interpolate(section, f"backend {row.name}.command"))
+    return CliSpec(command=tuple(cli.command), prompt=cli.prompt, env=tuple(cli.env), cwd=cli.cwd, timeout=cli.timeout)
 
 
 def document_digest() -> str:
