@@ -70,6 +70,10 @@ class CliConfig(_Strict):
         return self
 
 
+# What an HTTP upstream needs and a command backend has no use for.
+_NOT_FOR_COMMANDS = frozenset({"api_key", "headers", "connect_timeout", "read_timeout", "discover_models"})
+
+
 class BackendConfig(_Strict):
     name: str = Field(min_length=1, max_length=200)
     url: str = ""  # required (http/https) for every kind but cli, whose default is cli://<name>
@@ -97,13 +101,19 @@ class BackendConfig(_Strict):
                 self.url = f"cli://{self.name}"
             elif self.url != f"cli://{self.name}":
                 raise ValueError(f"url: a cli backend has no URL; leave it out (it is cli://{self.name})")
+            unused = sorted(self.model_fields_set & _NOT_FOR_COMMANDS)
+            if unused:
+                raise ValueError(
+                    f"{', '.join(unused)}: not used by a cli backend (it has no HTTP upstream; "
+                    "its limit is cli.timeout, its variables cli.env)"
+                )
             if self.capacity is None:
                 self.capacity = 1  # one run at a time unless the operator says more
             return self
         if self.cli is not None:
             raise ValueError("cli: only a backend of kind cli runs a command")
         if not re.match(r"^https?://[^/\s]+", self.url):
-            raise ValueError("url: must be an http:// or https:// URL")
+            raise ValueError("url: must be an http:// or https:// URL" + ("" if self.url else " (it is required)"))
         self.url = self.url.rstrip("/")
         return self
 
