@@ -223,3 +223,23 @@ def test_other_endpoints_name_what_works(client) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.embeddings.create(model="cli-ok", input="x")
     assert "/v1/chat/completions" in err.value.message
+
+
+# -- the Anthropic door: converted to chat before routing ------------------------------
+
+
+@pytest.fixture
+def claude(router):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=router.url, api_key="x", max_retries=0, timeout=60)
+
+
+def test_the_anthropic_door_gets_the_commands_answer(claude) -> None:
+    ask = {"model": "cli-ok", "max_tokens": 100, "messages": [{"role": "user", "content": "hi there"}]}
+    message = claude.messages.create(**ask)
+    assert message.content[0].text == "Hello from cli-ok.\nYou said: hi there\nLine 3 of 3.\n"
+    assert message.stop_reason == "end_turn"
+    with claude.messages.stream(**ask) as stream:
+        text = "".join(stream.text_stream)
+    assert text == message.content[0].text

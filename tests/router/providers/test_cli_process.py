@@ -9,11 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
-from router.core.backend import CliSpec
-from router.providers.cli import process
+from router.core.backend import BackendSpec, CliSpec
+from router.core.errors import UnsupportedParameter
+from router.providers.cli import CLI, process
 from router.providers.cli.process import MINIMAL_PATH, Run, RunTimeout, child_env
+from router.providers.estimate import ESTIMATE_HEADER, estimate_tokens
+from router.request import Envelope
 
 ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
@@ -107,3 +111,36 @@ async def test_the_deadline_and_the_kill_reach_the_whole_group(tmp_path) -> None
 async def test_a_program_that_does_not_exist_is_an_oserror() -> None:
     with pytest.raises(OSError):
         await Run.start(spec(), [str(ROOT / "no-such-program")], None)
+
+
+def envelope(endpoint: str, body: dict) -> Envelope:
+    return Envelope(
+        endpoint=endpoint,
+        raw=b"",
+        body=body,
+        model="m",
+        stream=False,
+        headers={},
+        client_ip="",
+        host="",
+        request_id="r",
+    )
+
+
+async def test_count_tokens_is_the_estimate_and_runs_nothing(tmp_path) -> None:
+    pid_file = tmp_path / "pid"
+    backend = BackendSpec(
+        name="c",
+        url="cli://c",
+        kind="cli",
+        models=("m",),
+        cli=CliSpec(command=(PY, "-m", "fakes.cli_model", "--pid-file", str(pid_file)), cwd=str(ROOT)),
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi there"}]}
+    ex = await CLI.start(None, backend, envelope("messages/count_tokens", body), "m")
+    assert (ex.status, ex.wire, ex.headers) == (200, "anthropic", [ESTIMATE_HEADER])
+    assert orjson.loads(ex.body) == {"input_tokens": estimate_tokens(body)}
+    with pytest.raises(UnsupportedParameter) as err:
+        await CLI.start(None, backend, envelope("responses", {"model": "m", "input": "x"}), "m")
+    assert "/v1/chat/completions" in err.value.message
+    assert not pid_file.exists()
