@@ -39,7 +39,7 @@ CHAT_POLICY: dict[str, tuple[str, str]] = {
     "functions": ("unsupported", "a command cannot call functions"),
     "function_call": ("unsupported", "a command cannot call functions"),
     "web_search_options": ("unsupported", "no hosted web search"),
-    "prediction": ("unsupported", "predicted outputs are not available"),
+    "prediction": ("ignored", "predicted outputs only speed up generation"),
     "top_logprobs": ("ignored", "log probabilities are not returned"),
     "temperature": ("ignored", "a command has no sampling options"),
     "top_p": ("ignored", "a command has no sampling options"),

@@ -69,6 +69,7 @@ class Run:
             self._tasks.append(asyncio.get_running_loop().create_task(self._feed(stdin or b"")))
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._closed = False
+        self.stdout_bytes = 0  # read so far
         _LIVE.add(proc.pid)
 
     @classmethod
@@ -126,6 +127,7 @@ class Run:
             chunk = await asyncio.wait_for(stdout.read(READ_SIZE), self._remaining())
         except TimeoutError:
             raise RunTimeout() from None
+        self.stdout_bytes += len(chunk)
         if not chunk:
             tail = self._decoder.decode(b"", final=True)
             return tail or None

@@ -150,10 +150,8 @@ async def _exited_ok(run: Run, spec: BackendSpec) -> None:
 async def _whole(run: Run, spec: BackendSpec, max_bytes: int) -> str:
     """All of stdout, then the exit: 0 → the text; else UpstreamFailed."""
     parts: list[str] = []
-    size = 0
     while (text := await run.read()) is not None:
-        size += len(text)
-        if size > max_bytes:
+        if run.stdout_bytes > max_bytes:
             raise UpstreamFailed(f"the command's output exceeds server.max_response_bytes ({max_bytes} bytes)")
         parts.append(text)
     await _exited_ok(run, spec)

@@ -3,12 +3,14 @@ rendering, the argv, the field policy, and the exact OpenAI shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from router.core.backend import CliSpec
 from router.core.errors import UnsupportedParameter, UpstreamError
-from router.providers.cli.convert import ChatStream, argv, chat_completion, chat_prompt, render
+from router.providers.cli.convert import CHAT_POLICY, ChatStream, argv, chat_completion, chat_prompt, render
 from tests.router.providers.openai_shapes import chat_sse, exact
 
 
@@ -153,3 +155,11 @@ def test_an_empty_stream_still_names_the_role_and_a_failure_is_one_frame() -> No
     (frame,) = failing.fail(UpstreamError("boom"))
     assert chat_sse([frame])[0]["error"]["message"] == "boom"
     assert failing.fail(UpstreamError("again")) == [] and failing.finish() == []
+
+
+def test_the_docs_policy_table_is_the_code() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "providers" / "cli.md").read_text()
+    section = text.split("## Request mapping (Chat Completions)", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    documented = [tuple(cell.strip().strip("`") for cell in row.strip("|").split(" | ")) for row in rows]
+    assert documented == [(field, policy, note) for field, (policy, note) in CHAT_POLICY.items()]

@@ -64,8 +64,9 @@ def router(pids: Path):
         backend("cli-tools", ["--pid-file", str(pids / "tools")]),
         backend("cli-env", ["--lines", "0", "--echo-env", "CLI_SEEN", "--echo-env", "CLI_HIDDEN"], env=["CLI_SEEN"]),
         backend("cli-missing", []) | {"cli": {"command": [str(ROOT / "no-such-program")]}},
+        backend("cli-big", ["--lines", "200"]),
     ]
-    config = json.dumps({"backends": backends, "retry": {"backoff": 0}})
+    config = json.dumps({"backends": backends, "retry": {"backoff": 0}, "server": {"max_response_bytes": 2048}})
     with RouterProc(config, env={"CLI_SEEN": "seen-value", "CLI_HIDDEN": "hidden-value"}) as proc:
         yield proc
 
@@ -219,6 +220,12 @@ def test_a_command_that_cannot_start_is_a_502(client) -> None:
     assert "could not start" in err.value.response.text
 
 
+def test_a_whole_answer_beyond_max_response_bytes_is_a_502(client) -> None:
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(**hi("cli-big"))
+    assert err.value.status_code == 502 and "exceeds server.max_response_bytes (2048 bytes)" in err.value.message
+
+
 def test_other_endpoints_name_what_works(client) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.embeddings.create(model="cli-ok", input="x")
@@ -243,3 +250,19 @@ def test_the_anthropic_door_gets_the_commands_answer(claude) -> None:
     with claude.messages.stream(**ask) as stream:
         text = "".join(stream.text_stream)
     assert text == message.content[0].text
+
+
+def test_the_demo_cli_backend_runs_as_configured() -> None:
+    """fakes/demo.yaml's command works as `make run` starts it: the router's
+    working directory is the repo root, the child gets only a minimal PATH."""
+    import yaml
+
+    demo = yaml.safe_load((ROOT / "fakes" / "demo.yaml").read_text())
+    (entry,) = [b for b in demo["backends"] if b.get("kind") == "cli"]
+    with RouterProc(json.dumps({"backends": [entry]})) as proc:
+        client = openai.OpenAI(base_url=proc.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        stream = client.chat.completions.create(
+            model=entry["models"][0], messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.startswith(f"Hello from {entry['models'][0]}.\nYou said: hi\n") and text.endswith("Line 5 of 5.\n")
