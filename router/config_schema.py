@@ -76,8 +76,9 @@ _NOT_FOR_COMMANDS = frozenset({"api_key", "headers", "connect_timeout", "read_ti
 
 class BackendConfig(_Strict):
     name: str = Field(min_length=1, max_length=200)
-    url: str = ""  # required (http/https) for every kind but cli, whose default is cli://<name>
-    kind: str = "openai_compat"
+    kind: str = "openai_compat"  # before url: the url's rule depends on it
+    # Required (http/https) for every kind but a command one (cli), whose URL is cli://<name>.
+    url: str = Field(default="", validate_default=True)
     models: list[str] = Field(default_factory=list)
     # Add the names the backend itself lists (GET /v1/models, or Ollama's
     # /api/tags) to `models`, refreshed by the health probe task.
@@ -92,8 +93,19 @@ class BackendConfig(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     cli: CliConfig | None = None  # required when kind is cli, refused otherwise
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str, info: ValidationInfo) -> str:
+        if info.data.get("kind") in COMMAND_KINDS:
+            return v  # checked with its cli: section below
+        if not v:
+            raise ValueError("required: the backend's http:// or https:// URL")
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v.rstrip("/")
+
     @model_validator(mode="after")
-    def _url(self) -> BackendConfig:
+    def _command(self) -> BackendConfig:
         if self.kind in COMMAND_KINDS:
             if self.cli is None:
                 raise ValueError("kind cli needs a cli: section with its command (see docs/providers/cli.md)")
@@ -112,9 +124,6 @@ class BackendConfig(_Strict):
             return self
         if self.cli is not None:
             raise ValueError("cli: only a backend of kind cli runs a command")
-        if not re.match(r"^https?://[^/\s]+", self.url):
-            raise ValueError("url: must be an http:// or https:// URL" + ("" if self.url else " (it is required)"))
-        self.url = self.url.rstrip("/")
         return self
 
     @model_validator(mode="after")

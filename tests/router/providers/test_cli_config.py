@@ -94,9 +94,9 @@ def test_everything_set() -> None:
         ),
         (
             "{name: c, models: [m]}",
-            "backends[0]: Value error, url: must be an http:// or https:// URL (it is required)",
+            "backends[0].url: Value error, required: the backend's http:// or https:// URL",
         ),
-        ("{name: c, url: 'ftp://h', models: [m]}", "backends[0]: Value error, url: must be an http:// or https:// URL"),
+        ("{name: c, url: 'ftp://h', models: [m]}", "backends[0].url: Value error, must be an http:// or https:// URL"),
     ],
 )
 def test_bad_sections_are_refused_naming_the_key(backend: str, expected: str) -> None:
