@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -65,6 +66,7 @@ def router(pids: Path):
         backend("cli-env", ["--lines", "0", "--echo-env", "CLI_SEEN", "--echo-env", "CLI_HIDDEN"], env=["CLI_SEEN"]),
         backend("cli-missing", []) | {"cli": {"command": [str(ROOT / "no-such-program")]}},
         backend("cli-big", ["--lines", "200"]),
+        backend("cli-hang-whole", ["--hang", "--pid-file", str(pids / "hang-whole")]),
     ]
     config = json.dumps({"backends": backends, "retry": {"backoff": 0}, "server": {"max_response_bytes": 2048}})
     with RouterProc(config, env={"CLI_SEEN": "seen-value", "CLI_HIDDEN": "hidden-value"}) as proc:
@@ -148,6 +150,19 @@ def test_lines_arrive_while_the_command_runs_and_leaving_kills_its_group(client,
     assert not gone(pid)  # still running: the lines were streamed, not buffered
     stream.close()
     wait_until(lambda: gone(pid), 30, what="the command's process to be killed and reaped")
+
+
+def test_leaving_while_a_whole_answer_is_awaited_kills_the_group(router, pids) -> None:
+    body = json.dumps(hi("cli-hang-whole")).encode()
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    with socket.create_connection(("127.0.0.1", router.port), timeout=30) as sock:
+        sock.sendall(request)
+        pid = pid_of(pids / "hang-whole")
+        assert not gone(pid)
+    wait_until(lambda: gone(pid), 30, what="the command to be killed when the client left")
 
 
 def test_a_timeout_kills_the_group_and_is_a_504(client, pids) -> None:
