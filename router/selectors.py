@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from . import extensions
 from .config_schema import CliConfig, RouterFile, interpolate
 from .core.backend import BackendSpec, CliSpec
@@ -74,7 +76,11 @@ def _cli(row: Any) -> CliSpec | None:
     section = (row.extra or {}).get("command")
     if not section:
         return None
-    cli = CliConfig.model_validate(interpolate(section, f"backend {row.name}.command"))
+    try:
+        cli = CliConfig.model_validate(interpolate(section, f"backend {row.name}.command"))
+    except ValidationError as exc:  # a hand-edited row: that backend fails its requests, not the snapshot
+        log.error("backend %s: its cli section is invalid (%d errors); it has no command", row.name, exc.error_count())
+        return None
     return CliSpec(command=tuple(cli.command), prompt=cli.prompt, env=tuple(cli.env), cwd=cli.cwd, timeout=cli.timeout)
 
 

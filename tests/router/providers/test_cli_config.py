@@ -173,3 +173,10 @@ def test_the_admin_shows_cli_rows_but_offers_no_cli_kind(synced, client) -> None
         },
     )
     assert r.status_code == 200 and not Backend.objects.filter(name="sneaky").exists()
+
+
+def test_a_hand_edited_invalid_command_costs_that_backend_only(synced) -> None:
+    Backend.objects.filter(name="local-cli").update(extra={"command": {"command": [], "shell": True}})
+    snap = selectors.compile_snapshot()
+    assert snap.backends["local-cli"].cli is None  # its requests fail (502); the snapshot stands
+    assert snap.backends["http-b"].url == "http://127.0.0.1:9"
