@@ -31,7 +31,7 @@ from django.utils.html import format_html
 from .config_schema import ConfigError, interpolate
 from .core.backend import masked_url
 from .models import Backend, ConfigDocument, RoutingRevision, Source
-from .providers import KINDS, path_of
+from .providers import COMMAND_KINDS, KINDS, path_of
 from .revision import BACKEND, bump_revision, touch
 
 admin.site.site_header = "LLM router admin"
@@ -86,7 +86,8 @@ def redacted(value: Any, key: str = "") -> Any:
 
 class BackendForm(forms.ModelForm):
     kind = forms.ChoiceField(
-        choices=[(k, f"{k} ({path_of(k)})") for k in sorted(KINDS)],
+        # A command kind runs a program on the router's host: YAML only.
+        choices=[(k, f"{k} ({path_of(k)})") for k in sorted(KINDS - COMMAND_KINDS)],
         initial="openai_compat",
     )
     models = forms.CharField(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions
 from .core.ipnets import parse_networks
-from .providers import KINDS
+from .providers import COMMAND_KINDS, KINDS
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -30,10 +30,55 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class CliConfig(_Strict):
+    """`backends[N].cli`: the command a `kind: cli` backend runs (docs/providers/cli.md).
+
+    Never through a shell: `command` is the argv itself. `{model}` in any item
+    becomes the served model name; with `prompt: argument` the items holding
+    `{prompt}` get the prompt (else it is written to stdin). The child sees
+    only the variables named in `env` (plus a minimal PATH when PATH is not
+    named); `cwd` defaults to the router's working directory.
+    """
+
+    command: list[str] = Field(min_length=1)
+    prompt: Literal["stdin", "argument"] = "stdin"
+    env: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    timeout: float = Field(default=300.0, gt=0, description="seconds for the whole run")
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("command[0] must name the program to run")
+        if any("\0" in item for item in v):
+            raise ValueError("an argv item cannot hold a NUL byte")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name (list names, not NAME=value)")
+        return v
+
+    @model_validator(mode="after")
+    def _placeholder(self) -> CliConfig:
+        if self.prompt == "argument" and not any("{prompt}" in item for item in self.command):
+            raise ValueError("prompt: argument needs an argv item holding {prompt}")
+        return self
+
+
+# What an HTTP upstream needs and a command backend has no use for.
+_NOT_FOR_COMMANDS = frozenset({"api_key", "headers", "connect_timeout", "read_timeout", "discover_models"})
+
+
 class BackendConfig(_Strict):
     name: str = Field(min_length=1, max_length=200)
-    url: str
-    kind: str = "openai_compat"
+    kind: str = "openai_compat"  # before url: the url's rule depends on it
+    # Required (http/https) for every kind but a command one (cli), whose URL is cli://<name>.
+    url: str = Field(default="", validate_default=True)
     models: list[str] = Field(default_factory=list)
     # Add the names the backend itself lists (GET /v1/models, or Ollama's
     # /api/tags) to `models`, refreshed by the health probe task.
@@ -46,13 +91,40 @@ class BackendConfig(_Strict):
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
+    cli: CliConfig | None = None  # required when kind is cli, refused otherwise
 
     @field_validator("url")
     @classmethod
-    def _url(cls, v: str) -> str:
+    def _url(cls, v: str, info: ValidationInfo) -> str:
+        if info.data.get("kind") in COMMAND_KINDS:
+            return v  # checked with its cli: section below
+        if not v:
+            raise ValueError("required: the backend's http:// or https:// URL")
         if not re.match(r"^https?://[^/\s]+", v):
             raise ValueError("must be an http:// or https:// URL")
         return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _command(self) -> BackendConfig:
+        if self.kind in COMMAND_KINDS:
+            if self.cli is None:
+                raise ValueError("kind cli needs a cli: section with its command (see docs/providers/cli.md)")
+            if not self.url:
+                self.url = f"cli://{self.name}"
+            elif self.url != f"cli://{self.name}":
+                raise ValueError(f"url: a cli backend has no URL; leave it out (it is cli://{self.name})")
+            unused = sorted(self.model_fields_set & _NOT_FOR_COMMANDS)
+            if unused:
+                raise ValueError(
+                    f"{', '.join(unused)}: not used by a cli backend (it has no HTTP upstream; "
+                    "its limit is cli.timeout, its variables cli.env)"
+                )
+            if self.capacity is None:
+                self.capacity = 1  # one run at a time unless the operator says more
+            return self
+        if self.cli is not None:
+            raise ValueError("cli: only a backend of kind cli runs a command")
+        return self
 
     @model_validator(mode="after")
     def _has_models(self) -> BackendConfig:
@@ -66,6 +138,11 @@ class BackendConfig(_Strict):
         if v not in KINDS:
             raise ValueError(f"unknown kind {v!r}; one of: {', '.join(sorted(KINDS))}")
         return v
+
+
+# The YAML key of a command kind's section (`cli:`), found by its type: the
+# key is spelled as the kind, and kinds are named by the registry only.
+COMMAND_SECTION = next(name for name, f in BackendConfig.model_fields.items() if f.annotation == CliConfig | None)
 
 
 class HealthConfig(_Strict):

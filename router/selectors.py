@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from . import extensions
-from .config_schema import RouterFile, interpolate
-from .core.backend import BackendSpec
+from .config_schema import CliConfig, RouterFile, interpolate
+from .core.backend import BackendSpec, CliSpec
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
@@ -65,7 +67,21 @@ def _spec(row: Any) -> BackendSpec:
         connect_timeout=row.connect_timeout,
         read_timeout=row.read_timeout,
         headers=headers,
+        cli=_cli(row),
     )
+
+
+def _cli(row: Any) -> CliSpec | None:
+    """The command of a cli backend, its ${VAR}s resolved (validated at config load)."""
+    section = (row.extra or {}).get("command")
+    if not section:
+        return None
+    try:
+        cli = CliConfig.model_validate(interpolate(section, f"backend {row.name}.command"))
+    except ValidationError as exc:  # a hand-edited row: that backend fails its requests, not the snapshot
+        log.error("backend %s: its cli section is invalid (%d errors); it has no command", row.name, exc.error_count())
+        return None
+    return CliSpec(command=tuple(cli.command), prompt=cli.prompt, env=tuple(cli.env), cwd=cli.cwd, timeout=cli.timeout)
 
 
 def document_digest() -> str:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .config_schema import ConfigError, load
+from .config_schema import COMMAND_SECTION, ConfigError, load
 from .models import Backend, ConfigDocument, Source
 from .revision import BACKEND, DOCUMENT, NOTHING, bump_revision, touch
 
@@ -58,8 +58,17 @@ def _backend_fields(raw: dict, parsed) -> dict:
         "api_key": str(raw.get("api_key") or ""),
         "connect_timeout": parsed.connect_timeout,
         "read_timeout": parsed.read_timeout,
-        "extra": {"headers": dict(raw.get("headers") or {}), "discover_models": parsed.discover_models},
+        "extra": _extra(raw, parsed),
     }
+
+
+def _extra(raw: dict, parsed) -> dict:
+    extra = {"headers": dict(raw.get("headers") or {}), "discover_models": parsed.discover_models}
+    if parsed.cli is not None:
+        # The raw section (its ${VAR} templates kept), resolved when the
+        # snapshot is compiled, as the URL and the api_key are.
+        extra["command"] = dict(raw.get(COMMAND_SECTION) or {})
+    return extra
 
 
 def config_sync(path: Path | None = None, *, force: bool = False) -> bool:

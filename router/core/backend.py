@@ -29,6 +29,17 @@ def masked_url(url: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class CliSpec:
+    """What a `kind: cli` backend runs (router/providers/cli.py): an argv, never a shell."""
+
+    command: tuple[str, ...]
+    prompt: str = "stdin"  # "stdin" | "argument" (the argv items holding {prompt})
+    env: tuple[str, ...] = ()  # names of the router's variables the child sees
+    cwd: str | None = None  # None = the router's working directory
+    timeout: float = 300.0  # seconds for the whole run
+
+
+@dataclass(frozen=True, slots=True)
 class BackendSpec:
     name: str
     url: str  # base URL without trailing slash, e.g. http://127.0.0.1:8001
@@ -43,6 +54,7 @@ class BackendSpec:
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
     headers: tuple[tuple[str, str], ...] = field(default=())
+    cli: CliSpec | None = None  # the command of a cli backend
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested

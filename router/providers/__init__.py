@@ -30,6 +30,8 @@ import orjson
 
 from ..core.backend import BackendSpec
 from .base import Provider
+from .bridge.provider import bridged
+from .cli import CLI
 from .gemini.provider import GEMINI
 from .ollama.provider import OLLAMA
 from .openai import OPENAI
@@ -37,7 +39,9 @@ from .openai import OPENAI
 PROVIDERS: tuple[Provider, ...] = (
     OPENAI,
     OLLAMA,
-    GEMINI,
+    # Chat-only providers: /v1/responses through their chat path (providers/bridge).
+    bridged(GEMINI),
+    bridged(CLI),
 )
 
 _DEFAULT: Provider = OPENAI  # for a kind no provider claims (see above)
@@ -55,6 +59,11 @@ def _by_kind(providers: tuple[Provider, ...]) -> Mapping[str, Provider]:
 
 BY_KIND: Mapping[str, Provider] = _by_kind(PROVIDERS)
 KINDS: frozenset[str] = frozenset(BY_KIND)
+# Kinds whose backend is a command run on the router's host (`runs_command`):
+# configured in the YAML only (a `cli:` section), never through the admin.
+COMMAND_KINDS: frozenset[str] = frozenset(
+    kind for provider in PROVIDERS if getattr(provider, "runs_command", False) for kind in provider.kinds
+)
 
 
 def provider_for(kind: str) -> Provider:
@@ -90,6 +99,7 @@ def listed_models(kind: str, body: bytes) -> list[str] | None:
 
 __all__ = [
     "BY_KIND",
+    "COMMAND_KINDS",
     "KINDS",
     "PROVIDERS",
     "Provider",

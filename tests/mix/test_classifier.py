@@ -1,8 +1,8 @@
 """The provider-path classifier (seed 002 S03, S04; MIX-3).
 
 The execution path is a function of the selected provider's `kind` only:
-OpenAI-compatible kinds pass through, `ollama` is normalized. The seed's `cli`
-kind had no adapter in this router and is not a kind: config refuses it.
+OpenAI-compatible kinds pass through, `ollama` and `cli` are normalized (a
+`cli` backend runs a configured command: router/providers/cli/).
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ SEED_PASSTHROUGH = {
     "seulgivibe_claude",
     "seulgivibe_openai",
 }
-SEED_NORMALIZED = {"ollama"}
+SEED_NORMALIZED = {"ollama", "cli"}
+# Seed 000 §1's translation targets (issue 10): normalized, not in seed 002's lists.
+CLOUD_NORMALIZED = {"anthropic", "gemini"}
+NORMALIZED = SEED_NORMALIZED | CLOUD_NORMALIZED
 
 
 def kinds_on(path: str) -> set[str]:
@@ -32,17 +35,16 @@ def kinds_on(path: str) -> set[str]:
 
 
 def test_kind_tables_are_exactly_the_seed_lists():
-    """S03/S04: the registry's kinds per path are the seed's (less `cli`), and
-    nothing else is a kind."""
+    """S03/S04: the registry's kinds per path are the seed's, and nothing else
+    is a kind."""
     assert kinds_on("passthrough") == SEED_PASSTHROUGH
-    assert kinds_on("normalized") == SEED_NORMALIZED
-    assert set(KINDS) == SEED_PASSTHROUGH | SEED_NORMALIZED
-    assert "cli" not in KINDS
+    assert kinds_on("normalized") == NORMALIZED
+    assert set(KINDS) == SEED_PASSTHROUGH | NORMALIZED
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_dispatch_seam_follows_the_kind(kind):
-    expected = "normalized" if kind in SEED_NORMALIZED else "passthrough"
+    expected = "normalized" if kind in NORMALIZED else "passthrough"
     assert provider_for(kind).path == expected
 
 
@@ -92,13 +94,17 @@ def test_ollama_kind_is_normalized_and_stays_a_candidate(stack):
     assert (obs["provider"], obs["kind"], obs["path"], obs["adapter"]) == ("k-ollama", "ollama", "normalized", "ollama")
 
 
-def test_cli_kind_is_refused_at_config_load():
-    """S04: `cli` has no adapter in this router, so it is not a kind: a config
-    that names it is refused at load with the key's path and the known kinds,
-    before any backend exists (it can never be selected, nor tunnelled)."""
-    text = "backends:\n  - {name: ok, url: 'http://h:1', models: [m]}\n  - {name: cli-c, url: 'http://h:2', kind: cli, models: [clim]}\n"
+def test_cli_kind_is_normalized_and_needs_its_command():
+    """S04: `cli` is a normalized kind: a config backend of that kind loads with
+    its `cli:` section (no URL: it is cli://<name>), and is refused, naming
+    the key's path, without one."""
+    ok = "backends:\n  - {name: cli-c, kind: cli, models: [clim], cli: {command: [my-model, '{model}']}}\n"
+    model, _ = parse(ok, source="router.yaml")
+    (backend,) = model.backends
+    assert (backend.kind, backend.url, provider_for("cli").path) == ("cli", "cli://cli-c", "normalized")
+    text = "backends:\n  - {name: ok, url: 'http://h:1', models: [m]}\n  - {name: cli-c, kind: cli, models: [clim]}\n"
     with pytest.raises(ConfigError) as err:
         parse(text, source="router.yaml")
     (line,) = str(err.value).splitlines()
-    assert line.startswith("router.yaml: backends[1].kind: ")
-    assert f"unknown kind 'cli'; one of: {', '.join(sorted(KINDS))}" in line
+    assert line.startswith("router.yaml: backends[1]: ")
+    assert "kind cli needs a cli: section with its command" in line

@@ -54,6 +54,7 @@ class BridgedProvider:
         self.inner = inner
         self.kinds: frozenset[str] = inner.kinds
         self.path: str = inner.path
+        self.runs_command: bool = getattr(inner, "runs_command", False)  # router.providers.COMMAND_KINDS
 
     def __repr__(self) -> str:
         return f"bridged({self.inner!r})"

@@ -15,6 +15,7 @@ from router.config_schema import BackendConfig
 from router.core.backend import BackendSpec
 from router.providers import (
     BY_KIND,
+    COMMAND_KINDS,
     KINDS,
     PROVIDERS,
     listed_models,
@@ -22,6 +23,8 @@ from router.providers import (
     probe_url,
     provider_for,
 )
+from router.providers.cli import CLI
+from router.providers.gemini.provider import GEMINI
 from router.providers.ollama.provider import OLLAMA
 from router.providers.openai import OPENAI
 
@@ -54,20 +57,29 @@ def test_each_provider_declares_kinds_path_dispatch_probe_and_listing(provider):
     assert list(inspect.signature(provider.finish).parameters) == ["ex", "env"]
     assert list(inspect.signature(provider.relay).parameters) == ["ex", "env", "done"]
     kind = sorted(provider.kinds)[0]
-    assert isinstance(provider.probe_url(spec(kind), "/v1/models"), str)
+    url = provider.probe_url(spec(kind), "/v1/models")
+    # Only a command kind (no URL) is never probed.
+    assert isinstance(url, str) or (url is None and getattr(provider, "runs_command", False))
     assert provider.listed_models({}) in (None, [])
 
 
 def test_the_providers_and_their_paths():
-    assert PROVIDERS == (OPENAI, OLLAMA)
-    assert (OPENAI.path, OLLAMA.path) == ("passthrough", "normalized")
+    assert PROVIDERS[:2] == (OPENAI, OLLAMA)
+    # The chat-only providers serve /v1/responses through the bridge.
+    assert [p.inner for p in PROVIDERS[2:]] == [GEMINI, CLI]  # type: ignore[attr-defined]
+    assert (OPENAI.path, OLLAMA.path, CLI.path, GEMINI.path) == ("passthrough", "normalized", "normalized",
+                                                                 "normalized")
+    assert GEMINI.kinds == frozenset({"gemini"})
     assert OLLAMA.kinds == frozenset({"ollama"})
+    assert CLI.kinds == frozenset({"cli"})
 
 
-def test_cli_is_not_a_kind():
-    """`cli` had no adapter (it answered 502); it is gone from the registry, so
-    config validation refuses it (tests/mix/test_classifier.py)."""
-    assert "cli" not in KINDS
+def test_cli_is_the_one_command_kind_and_never_probed():
+    """A `cli` backend is a command: YAML only (COMMAND_KINDS), no probe, no listing."""
+    assert COMMAND_KINDS == frozenset({"cli"}) and COMMAND_KINDS <= KINDS
+    assert probe_url(spec("cli", "cli://b"), "/v1/models") is None
+    assert CLI.probe_headers(spec("cli", "cli://b")) == {}
+    assert listed_models("cli", b'{"data": [{"id": "m"}]}') is None
 
 
 def test_the_default_kind_is_a_passthrough_kind():
