@@ -29,6 +29,7 @@ from collections.abc import Mapping
 import orjson
 
 from ..core.backend import BackendSpec
+from .anthropic.provider import ANTHROPIC
 from .base import Provider
 from .ollama.provider import OLLAMA
 from .openai import OPENAI
@@ -36,6 +37,7 @@ from .openai import OPENAI
 PROVIDERS: tuple[Provider, ...] = (
     OPENAI,
     OLLAMA,
+    ANTHROPIC,
 )
 
 _DEFAULT: Provider = OPENAI  # for a kind no provider claims (see above)
