@@ -426,7 +426,7 @@ class _AnthropicFake:
 
     @staticmethod
     def _input_tokens(system: str, blocks: list[list[dict]], tools: Any) -> int:
-        return count_tokens(system, *(_block_text(b) for b in blocks), orjson.dumps(tools or []).decode())
+        return count_tokens(system, *(_block_text(b) for b in blocks), orjson.dumps(tools).decode() if tools else "")
 
     def _reply(self, data: dict) -> tuple[list[str], str, str | None]:
         """(text pieces, stop_reason, stop_sequence)."""

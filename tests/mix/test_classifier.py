@@ -24,7 +24,7 @@ SEED_PASSTHROUGH = {
     "seulgivibe_claude",
     "seulgivibe_openai",
 }
-SEED_NORMALIZED = {"ollama"}
+SEED_NORMALIZED = {"ollama", "anthropic"}  # anthropic: issue 10 (docs/providers/anthropic.md)
 
 
 def kinds_on(path: str) -> set[str]:

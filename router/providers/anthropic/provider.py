@@ -16,6 +16,7 @@ Probed at `GET /v1/models`, which is also its model listing.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -139,11 +140,13 @@ class AnthropicProvider:
         iterator = sent.rest
         assert iterator is not None  # a 2xx stream keeps its rest open
         frames: list[bytes] = []
+        pending: deque[dict] = deque()  # events after the first frame's, for the relay
         chunk = first
         try:
             while True:
-                for event in decoder.feed(chunk):
-                    frames.extend(translator.feed(event))
+                pending.extend(decoder.feed(chunk))
+                while pending and not frames:
+                    frames.extend(translator.feed(pending.popleft()))
                 if frames:
                     break
                 try:
@@ -167,7 +170,7 @@ class AnthropicProvider:
             [],
             "text/event-stream",
             b"".join(frames),
-            stream=_converted(iterator, decoder, translator) if sent.rest is not None else _empty(),
+            stream=_converted(iterator, decoder, translator, pending) if sent.rest is not None else _empty(),
             close=response.aclose,
             upstream_ms=ms,
             info=info,
@@ -292,8 +295,11 @@ async def _empty() -> AsyncIterator[bytes]:
     yield b""  # pragma: no cover
 
 
-async def _converted(iterator, decoder, translator) -> AsyncIterator[bytes]:
-    """The rest of the event stream as OpenAI SSE bytes, one yield per upstream chunk."""
+async def _converted(iterator, decoder, translator, pending: deque[dict]) -> AsyncIterator[bytes]:
+    """The rest of the event stream as OpenAI SSE bytes, one yield per upstream
+    chunk (the first for the events `start` decoded past its first frame)."""
+    if pending:
+        yield b"".join(frame for event in pending for frame in translator.feed(event))
     async for chunk in iterator:
         out = [frame for event in decoder.feed(chunk) for frame in translator.feed(event)]
         if out:
