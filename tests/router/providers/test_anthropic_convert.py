@@ -479,3 +479,19 @@ def test_stream_error_event_and_cut_stream() -> None:
         cut.finish()
     (frame,) = cut.fail(UpstreamError("gone"))
     assert chat_sse([frame])[0]["error"]["message"] == "gone"
+
+
+def test_the_docs_policy_table_is_the_code() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "providers" / "anthropic.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().split(" | ")]
+        if (
+            line.startswith("| `")
+            and len(cells) == 3
+            and cells[1] in ("converted", "conditional", "ignored", "unsupported")
+        ):
+            rows[cells[0].strip("|` ")] = (cells[1], cells[2].rstrip(" |").replace("\\|", "|"))
+    assert rows == CHAT_POLICY
