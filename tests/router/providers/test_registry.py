@@ -22,6 +22,7 @@ from router.providers import (
     probe_url,
     provider_for,
 )
+from router.providers.anthropic.provider import ANTHROPIC
 from router.providers.ollama.provider import OLLAMA
 from router.providers.openai import OPENAI
 
@@ -59,9 +60,10 @@ def test_each_provider_declares_kinds_path_dispatch_probe_and_listing(provider):
 
 
 def test_the_providers_and_their_paths():
-    assert PROVIDERS == (OPENAI, OLLAMA)
-    assert (OPENAI.path, OLLAMA.path) == ("passthrough", "normalized")
+    assert PROVIDERS == (OPENAI, OLLAMA, ANTHROPIC)
+    assert (OPENAI.path, OLLAMA.path, ANTHROPIC.path) == ("passthrough", "normalized", "normalized")
     assert OLLAMA.kinds == frozenset({"ollama"})
+    assert ANTHROPIC.kinds == frozenset({"anthropic"})
 
 
 def test_cli_is_not_a_kind():
@@ -131,10 +133,20 @@ def test_core_has_no_kind_tables_and_imports_no_provider():
 
 def _kind_literals(path: Path) -> list[tuple[int, str]]:
     kinds = KINDS | {"cli"}
+    tree = ast.parse(path.read_text())
+    # A front door's name in an observation ({"frontend": "anthropic"}) is not a kind.
+    labels = {
+        id(value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values, strict=True)
+        if isinstance(key, ast.Constant) and key.value == "frontend"
+    }
     return [
         (node.lineno, node.value)
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds
+        and id(node) not in labels
     ]
 
 
