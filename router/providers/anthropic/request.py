@@ -264,7 +264,8 @@ def _messages(messages: Any, ledger: Ledger) -> tuple[list[dict], list[dict]]:
                 raise InvalidRequest("A tool message needs its 'tool_call_id'.", param=f"{param}.tool_call_id")
             result: dict = {"type": "tool_result", "tool_use_id": call_id}
             if isinstance(content, str):
-                result["content"] = content
+                if content:
+                    result["content"] = content
             else:
                 blocks = _text_blocks(content, f"{param}.content")
                 if blocks:

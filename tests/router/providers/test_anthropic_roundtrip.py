@@ -67,7 +67,9 @@ def spec_of(fake, **kw) -> BackendSpec:
     return BackendSpec(**fields)
 
 
-def envelope(body: dict, endpoint: str = "chat/completions", notes: dict | None = None) -> Envelope:
+def envelope(
+    body: dict, endpoint: str = "chat/completions", notes: dict | None = None, headers: dict | None = None
+) -> Envelope:
     raw = orjson.dumps(body)
     return Envelope(
         endpoint=endpoint,
@@ -75,7 +77,7 @@ def envelope(body: dict, endpoint: str = "chat/completions", notes: dict | None 
         body=body,
         model=body.get("model", "c"),
         stream=bool(body.get("stream")),
-        headers={},
+        headers=headers or {},
         client_ip="127.0.0.1",
         host="h",
         request_id="r",
@@ -233,9 +235,11 @@ async def test_door_request_goes_up_as_given_and_comes_back_byte_identical(fake,
         "top_k": 3,
     }
     chat = {"model": "c", "messages": [{"role": "user", "content": "hi"}]}
-    ex = await ANTHROPIC.start(rt, spec_of(fake), envelope(chat, notes={"anthropic_request": own}), "c")
+    door = envelope(chat, notes={"anthropic_request": own}, headers={"anthropic-beta": "b1", "x-other": "no"})
+    ex = await ANTHROPIC.start(rt, spec_of(fake), door, "c")
     sent = fake.requests[-1]
     assert sent.json == {**own, "model": "claude-x"}
+    assert sent.headers["anthropic-beta"] == "b1" and "x-other" not in sent.headers
     assert ex.wire == "anthropic" and ex.status == 200
     body, info = ANTHROPIC.finish(ex, envelope({}))
     assert orjson.loads(body)["type"] == "message" and info["usage"]["completion_tokens"] == 5
