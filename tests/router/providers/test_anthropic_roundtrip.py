@@ -279,3 +279,22 @@ def _without_ids(data: bytes) -> bytes:
     import re
 
     return re.sub(rb'"(msg_|req_|toolu_)[0-9a-f]+"', b'"ID"', data)
+
+
+async def test_a_stream_cut_mid_way_ends_with_one_error(fake, rt) -> None:
+    body = {"model": "c", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    fake.behavior.die_after_chunks = 5  # message_start, block start, ping, two deltas: then the connection dies
+    try:
+        ex = await ANTHROPIC.start(rt, spec_of(fake), envelope(body), "c")
+        out, done = await drain(ex)
+        own = {"model": "c", "max_tokens": 50, "stream": True, "messages": body["messages"]}
+        raw_ex = await ANTHROPIC.start(rt, spec_of(fake), envelope(body, notes={"anthropic_request": own}), "c")
+        raw, raw_done = await drain(raw_ex)
+    finally:
+        fake.behavior.reset()
+    frames = chat_sse([b"data: " + f for f in out.split(b"data: ") if f])
+    assert [f["choices"][0]["delta"].get("content") for f in frames[:-1]] == ["Hello from fake-claude. This", " is"]
+    assert frames[-1]["error"]["type"] == "server_error" and done[0][0] is False
+    last = raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+    assert last.startswith(b"event: error\ndata: ") and raw_done[0][0] is False
+    assert orjson.loads(last.split(b"data: ", 1)[1])["error"]["type"] == "api_error"
