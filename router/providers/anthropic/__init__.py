@@ -1,9 +1,10 @@
 """The Anthropic provider: OpenAI requests ↔ Anthropic's Messages API.
 
 `provider.py` is the provider the registry lists (`ANTHROPIC`: dispatch,
-probe, model listing); it is the package's only module with I/O. The other
-modules, re-exported here, are pure conversion — no Django, no network, no
-asyncio, and this `__init__` does not import `provider`.
+probe, model listing); with `door.py` (the Anthropic door's own requests, sent
+and answered as is) and `upstream.py` (URL, headers) it is the I/O side. The
+other modules, re-exported here, are pure conversion — no Django, no network,
+no asyncio, and this `__init__` imports none of the three.
 
     /v1/chat/completions → /v1/messages   chat_request, chat_completion, ChatStream
     count_tokens         → /v1/messages/count_tokens   count_request
@@ -17,8 +18,9 @@ conditional / ignored / unsupported.
 
 from router.providers.anthropic.answer import FINISH, chat_completion, finish_reason, usage_of
 from router.providers.anthropic.common import Conversion, new_id
+from router.providers.anthropic.messages import image_source
 from router.providers.anthropic.policy import CHAT_POLICY, EXTENSIONS
-from router.providers.anthropic.request import DEFAULT_MAX_TOKENS, chat_request, count_request, image_source
+from router.providers.anthropic.request import DEFAULT_MAX_TOKENS, chat_request, count_request
 from router.providers.anthropic.stream import ChatStream, UsageWatch
 from router.providers.anthropic.wire import (
     SseDecoder,

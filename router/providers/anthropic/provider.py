@@ -7,8 +7,8 @@ upstream. Anthropic's messages and SSE events become exact OpenAI shapes;
 its errors become OpenAI error objects with their status kept (529 → 503).
 
 The Anthropic door's own requests (`env.notes["anthropic_request"]`) are sent
-as the client wrote them (only `model` replaced) and answered untranslated
-(`Exchange.wire = "anthropic"`), and so is `messages/count_tokens`.
+as the client wrote them and answered untranslated (`door.py`), and so is
+`messages/count_tokens`.
 Authenticates with `x-api-key` and `anthropic-version`, never a Bearer token.
 Probed at `GET /v1/models`, which is also its model listing.
 """
@@ -24,45 +24,13 @@ import httpx
 import orjson
 
 from ...core.backend import BackendSpec
-from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
+from ...core.errors import RouterError, UnsupportedParameter
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import Exchange, UpstreamFailed
 from ..http import is_timeout, send
-
-API_VERSION = "2023-06-01"
-_CLIENT_HEADERS = ("anthropic-beta",)  # forwarded on the door's own requests only
-_RELAYED = ("retry-after", "request-id")  # upstream answer headers worth keeping
-
-
-def api_base(spec: BackendSpec) -> str:
-    """The URL without a trailing `/v1` (paths below add it)."""
-    url = spec.url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
-
-
-def auth_headers(spec: BackendSpec) -> dict[str, str]:
-    """`x-api-key` and `anthropic-version` (unless configured), then the
-    backend's configured headers. Never `Authorization: Bearer`."""
-    headers = {"anthropic-version": API_VERSION}
-    if spec.api_key:
-        headers["x-api-key"] = spec.api_key.reveal()
-    for name, value in spec.headers:
-        headers[name.lower()] = value
-    return headers
-
-
-def request_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) -> dict[str, str]:
-    headers = {"content-type": "application/json", "accept-encoding": "identity"}
-    for name, value in (forwarded or {}).items():
-        if value.isascii():
-            headers[name] = value
-    headers.update(auth_headers(spec))
-    return headers
-
-
-def _kept(response: httpx.Response) -> list[tuple[str, str]]:
-    return [(name, response.headers[name]) for name in _RELAYED if name in response.headers]
+from . import door
+from .upstream import api_base, auth_headers, kept_headers, mid_stream_error, request_headers
 
 
 class AnthropicProvider:
@@ -87,14 +55,14 @@ class AnthropicProvider:
         own = env.notes.get("anthropic_request")
         own = own if isinstance(own, dict) else None
         if env.endpoint == "messages/count_tokens":
-            return await _count(rt, spec, env, served, own)
+            return await door.count(rt, spec, env, served, own)
         if env.endpoint != "chat/completions":
             raise UnsupportedParameter(
                 f"/v1/{env.endpoint} is not available from the selected provider (Anthropic); "
                 "use /v1/chat/completions or /v1/messages.",
             )
         if own is not None:
-            return await _as_is(rt, spec, env, served, own)
+            return await door.as_is(rt, spec, env, served, own)
         conversion = anthropic.chat_request(env.body, served)  # raises before dispatch
         sent = await send(
             rt.transport,
@@ -115,7 +83,7 @@ class AnthropicProvider:
         if response.status_code >= 400:
             status, error = anthropic.error_from_anthropic(response.status_code, first)
             return Exchange(
-                spec, status, _kept(response), "application/json", orjson.dumps(error), upstream_ms=ms, info=info
+                spec, status, kept_headers(response), "application/json", orjson.dumps(error), upstream_ms=ms, info=info
             )
         now = int(time.time())
         if not env.stream:
@@ -182,112 +150,8 @@ class AnthropicProvider:
 
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
         if ex.wire == "anthropic":
-            return _relay_as_is(ex, done)
+            return door.relay_as_is(ex, done)
         return _relay(ex, done)
-
-
-async def _count(rt, spec: BackendSpec, env: Envelope, served: str, own: dict | None) -> Exchange:
-    """`POST /v1/messages/count_tokens`: its answer (`{"input_tokens": N}`) or
-    error as Anthropic gave it, for the Anthropic door."""
-    conversion = anthropic.count_request(own, env.body, served)
-    sent = await send(
-        rt.transport,
-        spec,
-        api_base(spec) + "/v1/messages/count_tokens",
-        content=orjson.dumps(conversion.request),
-        headers=request_headers(spec, _forwarded(env, own)),
-        stream=False,
-        max_bytes=env.max_response_bytes,
-    )
-    response = sent.response
-    return Exchange(
-        spec,
-        response.status_code,
-        _kept(response),
-        response.headers.get("content-type", "application/json"),
-        sent.first,
-        upstream_ms=sent.ms,
-        info={"served": served, "adapter": "anthropic", "notes": conversion.notes},
-        wire="anthropic",
-    )
-
-
-def _forwarded(env: Envelope, own: dict | None) -> dict[str, str]:
-    if own is None:
-        return {}
-    return {name: env.headers[name] for name in _CLIENT_HEADERS if name in env.headers}
-
-
-async def _as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) -> Exchange:
-    """The Anthropic door's own body, only `model` replaced; the answer untranslated."""
-    body = dict(own)
-    body["model"] = served
-    sent = await send(
-        rt.transport,
-        spec,
-        api_base(spec) + "/v1/messages",
-        content=orjson.dumps(body),
-        headers=request_headers(spec, _forwarded(env, own)),
-        stream=env.stream,
-        max_bytes=env.max_response_bytes,
-    )
-    response, ms = sent.response, sent.ms
-    info: dict[str, Any] = {"served": served, "adapter": "anthropic"}
-    content_type = response.headers.get("content-type", "application/json")
-    if sent.rest is None:  # a whole answer (non-stream, or an error)
-        if response.status_code < 400:
-            try:
-                message = orjson.loads(sent.first)
-                info["usage"] = anthropic.usage_of(message.get("usage") if isinstance(message, dict) else None)
-            except orjson.JSONDecodeError:
-                pass
-        return Exchange(
-            spec,
-            response.status_code,
-            _kept(response),
-            content_type,
-            sent.first,
-            upstream_ms=ms,
-            info=info,
-            wire="anthropic",
-        )
-    watch = anthropic.UsageWatch()
-    decoder = anthropic.SseDecoder()
-    iterator = sent.rest
-    head: list[bytes] = []
-    chunk = sent.first
-    try:
-        while True:
-            head.append(chunk)
-            for event in decoder.feed(chunk):
-                watch.feed(event)
-            if watch.error is not None:
-                raise watch.error
-            if watch.started:
-                break
-            try:
-                chunk = await anext(iterator)
-            except StopAsyncIteration as exc:
-                raise UpstreamError("the stream ended before its first event") from exc
-    except (RouterError, ValueError, httpx.HTTPError) as exc:
-        await response.aclose()
-        raise UpstreamFailed(
-            f"{spec.name} failed before its first token: {exc}",
-            timeout=isinstance(exc, httpx.HTTPError) and is_timeout(exc),
-        ) from exc
-    info["watch"] = watch
-    return Exchange(
-        spec,
-        200,
-        _kept(response),
-        content_type,
-        b"".join(head),
-        stream=_watched(iterator, decoder, watch),
-        close=response.aclose,
-        upstream_ms=ms,
-        info=info,
-        wire="anthropic",
-    )
 
 
 async def _empty() -> AsyncIterator[bytes]:
@@ -308,26 +172,6 @@ async def _converted(iterator, decoder, translator, pending: deque[dict]) -> Asy
     yield b"".join(tail + translator.finish())
 
 
-async def _watched(iterator, decoder, watch) -> AsyncIterator[bytes]:
-    """The rest of the event stream as it came; usage noted on the way."""
-    async for chunk in iterator:
-        for event in decoder.feed(chunk):
-            watch.feed(event)
-        yield chunk
-    for event in decoder.close():
-        watch.feed(event)
-    if not watch.ended:
-        raise UpstreamError("Anthropic ended the stream before message_stop.")
-
-
-def _mid_stream(exc: BaseException) -> RouterError:
-    if isinstance(exc, RouterError):
-        return exc
-    if isinstance(exc, httpx.HTTPError) and is_timeout(exc):
-        return UpstreamTimeout("The provider timed out mid-stream.")
-    return UpstreamError(f"The provider failed mid-stream ({type(exc).__name__}).")
-
-
 async def _relay(ex: Exchange, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
     translator = ex.info["translator"]
     ok: bool | None = None
@@ -340,34 +184,11 @@ async def _relay(ex: Exchange, done: Callable[[bool | None, dict], None]) -> Asy
         ok = True
     except (RouterError, ValueError, httpx.HTTPError) as exc:
         ok = False
-        yield b"".join(translator.fail(_mid_stream(exc)))
+        yield b"".join(translator.fail(mid_stream_error(exc)))
     finally:
         if ex.close is not None:
             await ex.close()
         done(ok, {"usage": translator.usage})
-
-
-async def _relay_as_is(ex: Exchange, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
-    """The Anthropic stream as it came; a failure ends it with one Anthropic
-    `error` event (the upstream's own error events pass through as they are)."""
-    watch = ex.info["watch"]
-    ok: bool | None = None
-    try:
-        if ex.body:
-            yield ex.body
-        async for data in ex.stream:  # type: ignore[union-attr]
-            if data:
-                yield data
-        ok = watch.error is None
-    except (RouterError, ValueError, httpx.HTTPError) as exc:
-        ok = False
-        if watch.error is None:
-            error = _mid_stream(exc)
-            yield anthropic.error_event(error.status, error.message)
-    finally:
-        if ex.close is not None:
-            await ex.close()
-        done(ok, {"usage": watch.usage})
 
 
 ANTHROPIC = AnthropicProvider()
