@@ -46,12 +46,17 @@ def fake():
 
 
 @pytest.fixture(scope="module")
-def client(fake):
-    router = RouterProc(CONFIG.format(url=fake.url, key=KEY)).start()
+def router(fake):
+    proc = RouterProc(CONFIG.format(url=fake.url, key=KEY)).start()
     try:
-        yield openai.OpenAI(base_url=router.url + "/v1", api_key="sk-client", max_retries=0, timeout=30)
+        yield proc
     finally:
-        router.stop()
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def client(router):
+    return openai.OpenAI(base_url=router.url + "/v1", api_key="sk-client", max_retries=0, timeout=30)
 
 
 def test_chat(client, fake) -> None:
@@ -157,3 +162,11 @@ def test_unsupported_field_is_refused_before_dispatch(client, fake) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="sonnet", messages=[{"role": "user", "content": "hi"}], n=2)
     assert caught.value.body["code"] == "unsupported_parameter" and len(fake.requests) == before
+
+
+def test_the_upstream_key_never_reaches_the_logs(client, router) -> None:
+    """The backend's api_key (sent upstream as x-api-key) is never logged."""
+    client.chat.completions.create(model="sonnet", messages=[{"role": "user", "content": "hi"}])
+    logs = router.logs()
+    assert "sonnet" in logs or "claude" in logs
+    assert KEY not in logs
