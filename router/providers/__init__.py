@@ -29,6 +29,7 @@ from collections.abc import Mapping
 import orjson
 
 from ..core.backend import BackendSpec
+from .anthropic.provider import ANTHROPIC
 from .base import Provider
 from .bridge.provider import bridged
 from .cli import CLI
@@ -40,6 +41,7 @@ PROVIDERS: tuple[Provider, ...] = (
     OPENAI,
     OLLAMA,
     # Chat-only providers: /v1/responses through their chat path (providers/bridge).
+    bridged(ANTHROPIC),
     bridged(GEMINI),
     bridged(CLI),
 )

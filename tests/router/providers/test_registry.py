@@ -23,6 +23,7 @@ from router.providers import (
     probe_url,
     provider_for,
 )
+from router.providers.anthropic.provider import ANTHROPIC
 from router.providers.cli import CLI
 from router.providers.gemini.provider import GEMINI
 from router.providers.ollama.provider import OLLAMA
@@ -66,11 +67,11 @@ def test_each_provider_declares_kinds_path_dispatch_probe_and_listing(provider):
 def test_the_providers_and_their_paths():
     assert PROVIDERS[:2] == (OPENAI, OLLAMA)
     # The chat-only providers serve /v1/responses through the bridge.
-    assert [p.inner for p in PROVIDERS[2:]] == [GEMINI, CLI]  # type: ignore[attr-defined]
-    assert (OPENAI.path, OLLAMA.path, CLI.path, GEMINI.path) == ("passthrough", "normalized", "normalized",
-                                                                 "normalized")
-    assert GEMINI.kinds == frozenset({"gemini"})
+    assert [p.inner for p in PROVIDERS[2:]] == [ANTHROPIC, GEMINI, CLI]  # type: ignore[attr-defined]
+    assert {p.path for p in (OLLAMA, ANTHROPIC, GEMINI, CLI)} == {"normalized"} and OPENAI.path == "passthrough"
     assert OLLAMA.kinds == frozenset({"ollama"})
+    assert ANTHROPIC.kinds == frozenset({"anthropic"})
+    assert GEMINI.kinds == frozenset({"gemini"})
     assert CLI.kinds == frozenset({"cli"})
 
 
@@ -143,10 +144,20 @@ def test_core_has_no_kind_tables_and_imports_no_provider():
 
 def _kind_literals(path: Path) -> list[tuple[int, str]]:
     kinds = KINDS | {"cli"}
+    tree = ast.parse(path.read_text())
+    # A front door's name in an observation ({"frontend": "anthropic"}) is not a kind.
+    labels = {
+        id(value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values, strict=True)
+        if isinstance(key, ast.Constant) and key.value == "frontend"
+    }
     return [
         (node.lineno, node.value)
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in kinds
+        and id(node) not in labels
     ]
 
 

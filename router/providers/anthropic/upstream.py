@@ -1,0 +1,52 @@
+"""What every request to an Anthropic backend shares: its base URL, its
+headers (`x-api-key` + `anthropic-version`, never a Bearer token), the answer
+headers worth relaying, and the error that ends a stream that failed."""
+
+from __future__ import annotations
+
+import httpx
+
+from ...core.backend import BackendSpec
+from ...core.errors import RouterError, UpstreamError, UpstreamTimeout
+from ..http import is_timeout
+
+API_VERSION = "2023-06-01"
+RELAYED = ("retry-after", "request-id")  # upstream answer headers worth keeping
+
+
+def api_base(spec: BackendSpec) -> str:
+    """The URL without a trailing `/v1` (paths below add it)."""
+    url = spec.url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def auth_headers(spec: BackendSpec) -> dict[str, str]:
+    """`x-api-key` and `anthropic-version` (unless configured), then the
+    backend's configured headers. Never `Authorization: Bearer`."""
+    headers = {"anthropic-version": API_VERSION}
+    if spec.api_key:
+        headers["x-api-key"] = spec.api_key.reveal()
+    for name, value in spec.headers:
+        headers[name.lower()] = value
+    return headers
+
+
+def request_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    for name, value in (forwarded or {}).items():
+        if value.isascii():
+            headers[name] = value
+    headers.update(auth_headers(spec))
+    return headers
+
+
+def kept_headers(response: httpx.Response) -> list[tuple[str, str]]:
+    return [(name, response.headers[name]) for name in RELAYED if name in response.headers]
+
+
+def mid_stream_error(exc: BaseException) -> RouterError:
+    if isinstance(exc, RouterError):
+        return exc
+    if isinstance(exc, httpx.HTTPError) and is_timeout(exc):
+        return UpstreamTimeout("The provider timed out mid-stream.")
+    return UpstreamError(f"The provider failed mid-stream ({type(exc).__name__}).")
