@@ -31,6 +31,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
 from ..core.errors import RequestTooLarge, RouterError, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
+from ..providers.base import WIRE_ANTHROPIC
 from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
 from ..request import Envelope, check_content_type, parse_body
 from . import anthropic
@@ -115,7 +116,7 @@ def _countable(body: dict[str, Any]) -> dict[str, Any]:
 def _render(routed: Routed, conversion: anthropic.Conversion) -> HttpResponseBase:
     message_id = "msg_" + secrets.token_hex(12)
     response: HttpResponseBase
-    if routed.exchange.wire == "anthropic":  # the provider's own Anthropic answer: as it came
+    if routed.exchange.wire == WIRE_ANTHROPIC:  # the provider's own Anthropic answer: as it came
         if routed.streaming:
             response = RoutedStream(routed.events(), routed, status=routed.status, content_type=routed.content_type)
         else:

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from ..request import Envelope
 
 
+# The wire formats an Exchange's body can be in (`Exchange.wire`).
+WIRE_OPENAI = "openai"
+WIRE_ANTHROPIC = "anthropic"
+
+
 class Upstreams(Protocol):
     """What a provider needs of the web process: its upstream transport
     (router.runtime.Runtime is one; providers never import the runtime)."""
@@ -56,7 +61,7 @@ class Exchange:
     # it), or "anthropic" when an Anthropic-kind provider answered the
     # Anthropic door's own request as is (router/frontends/messages.py relays
     # it without translating twice).
-    wire: str = "openai"
+    wire: str = WIRE_OPENAI
 
 
 class Provider(Protocol):

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from ..core.backend import BackendSpec
-from .base import Exchange
+from .base import WIRE_ANTHROPIC, Exchange
 
 CHARS_PER_TOKEN = 4
 PER_MESSAGE = 4
@@ -67,5 +67,5 @@ def estimated_count(spec: BackendSpec, chat: dict[str, Any], model: str) -> Exch
         "application/json",
         body,
         info={"served": spec.served_name(model), "estimate": True},
-        wire="anthropic",
+        wire=WIRE_ANTHROPIC,
     )

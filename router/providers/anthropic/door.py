@@ -19,7 +19,7 @@ from ...core.backend import BackendSpec
 from ...core.errors import RouterError, UpstreamError
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
-from ..base import Exchange, UpstreamFailed
+from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
 from ..http import is_timeout, send
 from .upstream import api_base, kept_headers, mid_stream_error, request_headers
 
@@ -48,7 +48,7 @@ async def count(rt, spec: BackendSpec, env: Envelope, served: str, own: dict | N
         sent.first,
         upstream_ms=sent.ms,
         info={"served": served, "adapter": "anthropic", "notes": conversion.notes},
-        wire="anthropic",
+        wire=WIRE_ANTHROPIC,
     )
 
 
@@ -89,7 +89,7 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
             sent.first,
             upstream_ms=ms,
             info=info,
-            wire="anthropic",
+            wire=WIRE_ANTHROPIC,
         )
     watch = anthropic.UsageWatch()
     decoder = anthropic.SseDecoder()
@@ -126,7 +126,7 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
         close=response.aclose,
         upstream_ms=ms,
         info=info,
-        wire="anthropic",
+        wire=WIRE_ANTHROPIC,
     )
 
 

@@ -27,7 +27,7 @@ from ...core.backend import BackendSpec
 from ...core.errors import RouterError, UnsupportedParameter
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
-from ..base import Exchange, UpstreamFailed
+from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
 from ..http import is_timeout, send
 from . import door
 from .upstream import api_base, auth_headers, kept_headers, mid_stream_error, request_headers
@@ -149,7 +149,7 @@ class AnthropicProvider:
         return ex.body, {"usage": ex.info.get("usage")}
 
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
-        if ex.wire == "anthropic":
+        if ex.wire == WIRE_ANTHROPIC:
             return door.relay_as_is(ex, done)
         return _relay(ex, done)
 

@@ -22,7 +22,7 @@ from ...core.backend import BackendSpec
 from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
 from ...request import Envelope
 from .. import gemini  # this package's pure conversions (its __init__)
-from ..base import Exchange, UpstreamFailed
+from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
 from ..http import is_timeout, send
 
 _ENDPOINTS = ("chat/completions", "embeddings", "messages/count_tokens")
@@ -161,7 +161,7 @@ class GeminiProvider:
                 out = gemini.embeddings(answer, model=env.model, request_body=env.body)
             else:
                 body = orjson.dumps({"input_tokens": gemini.token_count(answer)})
-                return Exchange(spec, 200, [], "application/json", body, upstream_ms=ms, info=info, wire="anthropic")
+                return Exchange(spec, 200, [], "application/json", body, upstream_ms=ms, info=info, wire=WIRE_ANTHROPIC)
         except gemini.Blocked as blocked:
             return Exchange(
                 spec, blocked.status, [], "application/json", orjson.dumps(blocked.to_dict()), upstream_ms=ms, info=info

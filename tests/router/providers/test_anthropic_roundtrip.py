@@ -95,7 +95,7 @@ async def drain(ex: Exchange) -> tuple[bytes, list]:
 
 def test_registry_and_probe(fake) -> None:
     spec = spec_of(fake, headers=(("X-Tenant", "t"),))
-    assert provider_for("anthropic") is ANTHROPIC and ANTHROPIC.path == "normalized"
+    assert provider_for("anthropic").inner is ANTHROPIC  # type: ignore[attr-defined] and ANTHROPIC.path == "normalized"
     assert probe_url(spec, "/v1/models") == fake.url + "/v1/models"
     headers = probe_headers(spec)
     assert headers == {"anthropic-version": "2023-06-01", "x-api-key": KEY, "x-tenant": "t"}

@@ -168,7 +168,7 @@ def test_errors_and_other_endpoints(fake) -> None:
 
 def test_probe_and_listing(fake) -> None:
     spec = spec_for(fake)
-    assert provider_for("gemini") is GEMINI
+    assert provider_for("gemini").inner is GEMINI  # type: ignore[attr-defined]
     url = probe_url(spec, "/v1/models")
     headers = probe_headers(spec)
     assert url == fake.url + "/v1beta/models?pageSize=1000" and headers == {"x-goog-api-key": FAKE_API_KEY}
