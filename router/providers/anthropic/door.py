@@ -4,7 +4,8 @@ When `env.notes["anthropic_request"]` is the client's Anthropic body (the
 /v1/messages door), it goes upstream as is — only `model` replaced by the
 served name, `anthropic-beta` forwarded — and the answer, stream or error
 comes back untranslated (`Exchange.wire = "anthropic"`), its usage noted on
-the way. `messages/count_tokens` is answered the same way.
+the way; only the message's `model` is the name the client asked for again,
+as on every other path. `messages/count_tokens` is answered the same way.
 """
 
 from __future__ import annotations
@@ -75,18 +76,23 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
     info: dict[str, Any] = {"served": served, "adapter": "anthropic"}
     content_type = response.headers.get("content-type", "application/json")
     if sent.rest is None:  # a whole answer (non-stream, or an error)
+        whole = sent.first
         if response.status_code < 400:
             try:
-                message = orjson.loads(sent.first)
-                info["usage"] = anthropic.usage_of(message.get("usage") if isinstance(message, dict) else None)
+                message = orjson.loads(whole)
             except orjson.JSONDecodeError:
-                pass
+                message = None
+            if isinstance(message, dict):
+                info["usage"] = anthropic.usage_of(message.get("usage"))
+                if message.get("model") == served != env.model:  # the client sees the name it asked for
+                    message["model"] = env.model
+                    whole = orjson.dumps(message)
         return Exchange(
             spec,
             response.status_code,
             kept_headers(response),
             content_type,
-            sent.first,
+            whole,
             upstream_ms=ms,
             info=info,
             wire=WIRE_ANTHROPIC,
@@ -121,13 +127,25 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
         200,
         kept_headers(response),
         content_type,
-        b"".join(head),
+        _requested_name(b"".join(head), served, env.model),
         stream=_watched(iterator, decoder, watch),
         close=response.aclose,
         upstream_ms=ms,
         info=info,
         wire=WIRE_ANTHROPIC,
     )
+
+
+def _requested_name(head: bytes, served: str, requested: str) -> bytes:
+    """`message_start` (always in the head) names the model the client asked
+    for, not the served name: the first `"model":` of the stream is its."""
+    if served == requested:
+        return head
+    for sep in (b":", b": "):
+        old = b'"model"' + sep + orjson.dumps(served)
+        if old in head:
+            return head.replace(old, b'"model"' + sep + orjson.dumps(requested), 1)
+    return head
 
 
 async def _watched(iterator, decoder, watch) -> AsyncIterator[bytes]:

@@ -243,9 +243,11 @@ async def test_door_request_goes_up_as_given_and_comes_back_byte_identical(fake,
     assert ex.wire == "anthropic" and ex.status == 200
     body, info = ANTHROPIC.finish(ex, envelope({}))
     assert orjson.loads(body)["type"] == "message" and info["usage"]["completion_tokens"] == 5
-    # Byte-identical: the same request straight to the fake answers the same bytes but for the ids.
+    # Byte-identical: the same request straight to the fake answers the same
+    # bytes but for the ids and the model, which is the name the client asked for.
     direct = httpx.post(fake.url + "/v1/messages", json={**own, "model": "claude-x"}, headers=HEADERS).content
-    assert _without_ids(body) == _without_ids(direct)
+    assert orjson.loads(body)["model"] == "c"
+    assert _without_ids(body) == _without_ids(direct.replace(b'"model":"claude-x"', b'"model":"c"', 1))
     # Streamed: the raw SSE bytes, relayed chunk by chunk.
     ex = await ANTHROPIC.start(
         rt, spec_of(fake), envelope({**chat, "stream": True}, notes={"anthropic_request": {**own, "stream": True}}), "c"
@@ -256,7 +258,8 @@ async def test_door_request_goes_up_as_given_and_comes_back_byte_identical(fake,
         fake.url + "/v1/messages", json={**own, "model": "claude-x", "stream": True}, headers=HEADERS
     ).content
     assert raw.startswith(b"event: message_start\n")
-    assert _without_ids(raw).decode() == _without_ids(direct).decode()
+    renamed = direct.replace(b'"model":"claude-x"', b'"model":"c"', 1)
+    assert renamed != direct and _without_ids(raw).decode() == _without_ids(renamed).decode()
     assert done[0][0] is True and done[0][1]["usage"]["completion_tokens"] == 5
     # Errors as they came.
     ex = await ANTHROPIC.start(rt, spec_of(fake), envelope(chat, notes={"anthropic_request": {**own, "n": 2}}), "c")
