@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core.errors import UpstreamError
-from router.providers.ollama.common import new_id
+from router.providers.normalized import new_id
 from router.providers.ollama.response_object import envelope, function_item, message_item
 
 # finish_reason → the Responses `incomplete_details.reason` (absent: completed).

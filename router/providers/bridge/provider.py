@@ -28,7 +28,7 @@ from ...core.backend import BackendSpec
 from ...core.errors import RouterError, UpstreamError
 from ...request import Envelope
 from ..base import Exchange, Provider
-from ..ollama.common import new_id
+from ..normalized import new_id
 from .answer import chat_to_response
 from .request import responses_to_chat
 from .stream import ResponsesFromChat

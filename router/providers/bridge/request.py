@@ -18,7 +18,7 @@ from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
 from router.providers.bridge.policy import RESPONSES_POLICY
-from router.providers.ollama.common import Conversion, Ledger, boolean, integer, number, require_object
+from router.providers.normalized import Conversion, Ledger, boolean, integer, number, require_object
 
 # Responses fields sent under the same chat name, when given (not null).
 _SAME_NAME = (

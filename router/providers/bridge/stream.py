@@ -23,7 +23,7 @@ import orjson
 
 from router.core.errors import RouterError, UpstreamError
 from router.providers.bridge.answer import INCOMPLETE, finish_response, refusal_part, usage_of
-from router.providers.ollama.common import new_id, sse_event
+from router.providers.normalized import new_id, sse_event
 from router.providers.ollama.response_object import envelope, function_item, message_item, output_text
 
 MAX_EVENT = 16 * 1024 * 1024

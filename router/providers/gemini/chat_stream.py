@@ -14,7 +14,7 @@ from router.core.errors import RouterError, UpstreamError
 from router.providers.gemini.chat import openai_calls
 from router.providers.gemini.common import answer_calls, answer_text, finish_reason, parts_of, usage
 from router.providers.gemini.wire import Blocked, raise_if_blocked, raise_if_error
-from router.providers.ollama.common import sse
+from router.providers.normalized import sse
 
 
 class ChatStream:

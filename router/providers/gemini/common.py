@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.core.errors import UnsupportedParameter
-from router.providers.ollama.common import Ledger, compact_json, new_id
+from router.providers import normalized
+from router.providers.normalized import Ledger, compact_json, new_id
 
 # Fields outside the OpenAI API that this path still understands.
 EXTENSION_FIELDS = {"top_k": "topK"}
@@ -39,21 +39,8 @@ FILTERED = frozenset(
 def apply_policy(
     body: dict, table: dict[str, tuple[str, str]], ledger: Ledger, extensions: frozenset[str] = EXTENSIONS
 ) -> None:
-    """Record ignored/unknown fields and reject unconditional unsupported ones
-    (a null value counts as absent, as OpenAI treats it)."""
-    for key, value in body.items():
-        rule = table.get(key)
-        if rule is None:
-            if key not in extensions:
-                ledger.ignore(key, "unknown field, not sent to Gemini")
-            continue
-        policy, why = rule
-        if value is None:
-            continue
-        if policy == "ignored":
-            ledger.ignore(key, why)
-        elif policy == "unsupported":
-            raise UnsupportedParameter(f"'{key}' is not supported by this model's provider: {why}", param=key)
+    """`normalized.apply_policy` for Gemini (unknown fields are "not sent to Gemini")."""
+    normalized.apply_policy(body, table, ledger, extensions, "Gemini")
 
 
 def finish_reason(reason: Any, has_calls: bool) -> str:

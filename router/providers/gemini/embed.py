@@ -16,7 +16,7 @@ from router.providers.estimate import CHARS_PER_TOKEN
 from router.providers.gemini.common import apply_policy
 from router.providers.gemini.policy import EMBED_POLICY
 from router.providers.gemini.wire import model_path
-from router.providers.ollama.common import Conversion, Ledger, integer, require_object
+from router.providers.normalized import Conversion, Ledger, integer, require_object
 
 
 def embed_request(body: dict, served_model: str) -> tuple[str, Conversion]:

@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-import secrets
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from router.core.errors import InvalidRequest, UnsupportedParameter, UpstreamError
+from router.providers import normalized
+from router.providers.normalized import (  # noqa: F401 (re-exported: the Ollama conversions' names)
+    Conversion,
+    Ledger,
+    boolean,
+    compact_json,
+    integer,
+    new_id,
+    number,
+    require_object,
+    sse,
+    sse_event,
+)
 
 # Fields outside the OpenAI API that a normalized provider still understands.
 # They are the only "extensions" honoured; every other unknown field is ignored.
@@ -43,97 +53,14 @@ EFFORT_TO_THINK: dict[str, bool | str] = {
 }
 
 
-@dataclass(slots=True)
-class Conversion:
-    """A native request plus what was left out of it, for the observation."""
-
-    request: dict
-    ignored_fields: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-class Ledger:
-    """Collects ignored fields (deduplicated, in order) and notes."""
-
-    __slots__ = ("ignored", "notes")
-
-    def __init__(self) -> None:
-        self.ignored: list[str] = []
-        self.notes: list[str] = []
-
-    def ignore(self, path: str, why: str) -> None:
-        if path not in self.ignored:
-            self.ignored.append(path)
-            self.notes.append(f"{path}: {why}")
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-    def done(self, request: dict) -> Conversion:
-        return Conversion(request=request, ignored_fields=self.ignored, notes=self.notes)
-
-
 def apply_policy(
     body: dict,
     table: dict[str, tuple[str, str]],
     ledger: Ledger,
     extensions: frozenset[str] = EXTENSIONS,
 ) -> None:
-    """Record ignored/unknown fields and reject unconditional unsupported ones.
-
-    Conditional and converted fields are handled by the caller's own code; a
-    value of null counts as absent, as OpenAI itself treats it.
-    """
-    for key, value in body.items():
-        rule = table.get(key)
-        if rule is None:
-            if key not in extensions:
-                ledger.ignore(key, "unknown field, not sent to Ollama")
-            continue
-        policy, why = rule
-        if value is None:
-            continue
-        if policy == "ignored":
-            ledger.ignore(key, why)
-        elif policy == "unsupported":
-            raise UnsupportedParameter(f"'{key}' is not supported by this model's provider: {why}", param=key)
-
-
-# -- small validators ------------------------------------------------------------
-
-
-def require_object(body: Any, what: str = "request body") -> dict:
-    if not isinstance(body, dict):
-        raise InvalidRequest(f"The {what} must be a JSON object.")
-    return body
-
-
-def number(body: dict, key: str) -> float | int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(f"'{key}' must be a number.", param=key)
-    return value
-
-
-def integer(body: dict, key: str) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"'{key}' must be an integer.", param=key)
-    return value
-
-
-def boolean(body: dict, key: str, default: bool) -> bool:
-    value = body.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InvalidRequest(f"'{key}' must be a boolean.", param=key)
-    return value
+    """`normalized.apply_policy` for Ollama (unknown fields are "not sent to Ollama")."""
+    normalized.apply_policy(body, table, ledger, extensions, "Ollama")
 
 
 # -- options, think, format ---------------------------------------------------------
@@ -284,16 +211,8 @@ def choose_tools(
 # -- output --------------------------------------------------------------------------
 
 
-def new_id(prefix: str) -> str:
-    """`<prefix>_<24 hex>`: the id shapes OpenAI uses (call_, msg_, fc_, rs_)."""
-    return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def compact_json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # e.g. integers past 64 bits
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def message_of(frame: dict) -> dict:
@@ -348,12 +267,8 @@ def raise_if_error(frame: dict) -> None:
         raise UpstreamError(f"Ollama: {error}"[:1000])
 
 
-def sse(obj: dict) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def sse_event(kind: str, obj: dict) -> bytes:
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
 
 def function_tools(body: dict) -> list[tuple[str, dict]]:

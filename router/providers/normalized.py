@@ -1,0 +1,141 @@
+"""What every normalized provider's conversions share: field bookkeeping,
+the field-policy pass, small validators, ids, compact JSON and SSE frames.
+
+Pure: no Django, no I/O, no asyncio. The providers' `common` modules
+re-export these names; a provider's own variants (e.g. Anthropic's
+`require_object`, which names the parameter) stay in its package.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from router.core.errors import InvalidRequest, UnsupportedParameter
+
+
+@dataclass(slots=True)
+class Conversion:
+    """A native request plus what was left out of it, for the observation."""
+
+    request: dict
+    ignored_fields: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Ledger:
+    """Collects ignored fields (deduplicated, in order) and notes."""
+
+    __slots__ = ("ignored", "notes")
+
+    def __init__(self) -> None:
+        self.ignored: list[str] = []
+        self.notes: list[str] = []
+
+    def ignore(self, path: str, why: str) -> None:
+        if path not in self.ignored:
+            self.ignored.append(path)
+            self.notes.append(f"{path}: {why}")
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def done(self, request: dict) -> Conversion:
+        return Conversion(request=request, ignored_fields=self.ignored, notes=self.notes)
+
+
+def apply_policy(
+    body: dict,
+    table: dict[str, tuple[str, str]],
+    ledger: Ledger,
+    extensions: frozenset[str],
+    provider: str,
+) -> None:
+    """Record ignored/unknown fields and reject unconditional unsupported ones.
+
+    An unknown field (neither in `table` nor in `extensions`) is noted as
+    "not sent to <provider>". Conditional and converted fields are handled by
+    the caller's own code; a value of null counts as absent, as OpenAI treats it.
+    """
+    for key, value in body.items():
+        rule = table.get(key)
+        if rule is None:
+            if key not in extensions:
+                ledger.ignore(key, f"unknown field, not sent to {provider}")
+            continue
+        policy, why = rule
+        if value is None:
+            continue
+        if policy == "ignored":
+            ledger.ignore(key, why)
+        elif policy == "unsupported":
+            raise UnsupportedParameter(f"'{key}' is not supported by this model's provider: {why}", param=key)
+
+
+# -- small validators ------------------------------------------------------------
+
+
+def require_object(body: Any, what: str = "request body") -> dict:
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"The {what} must be a JSON object.")
+    return body
+
+
+def number(body: dict, key: str) -> float | int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"'{key}' must be a number.", param=key)
+    return value
+
+
+def integer(body: dict, key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"'{key}' must be an integer.", param=key)
+    return value
+
+
+def boolean(body: dict, key: str, default: bool) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"'{key}' must be a boolean.", param=key)
+    return value
+
+
+# -- output --------------------------------------------------------------------------
+
+
+def new_id(prefix: str) -> str:
+    """`<prefix>_<24 hex>`: the id shapes OpenAI uses (call_, msg_, fc_, rs_)."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def prefixed_id(prefix: str) -> str:
+    """`<prefix><24 hex>`: `chatcmpl-<hex>`, `resp_<hex>` as OpenAI shapes them."""
+    return prefix + secrets.token_hex(12)
+
+
+def compact_json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # e.g. integers past 64 bits
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def sse(obj: dict) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def sse_event(kind: str, obj: dict) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
