@@ -22,7 +22,8 @@ from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
 from ..http import is_timeout, send
-from .upstream import api_base, kept_headers, mid_stream_error, request_headers
+from ..relay import mid_stream_error
+from .upstream import api_base, kept_headers, request_headers
 
 _CLIENT_HEADERS = ("anthropic-beta",)  # forwarded on the door's own requests only
 

@@ -29,8 +29,9 @@ from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
 from ..http import is_timeout, send
+from ..relay import converted, empty, relay
 from . import door
-from .upstream import api_base, auth_headers, kept_headers, mid_stream_error, request_headers
+from .upstream import api_base, auth_headers, kept_headers, request_headers
 
 
 class AnthropicProvider:
@@ -138,7 +139,7 @@ class AnthropicProvider:
             [],
             "text/event-stream",
             b"".join(frames),
-            stream=_converted(iterator, decoder, translator, pending) if sent.rest is not None else _empty(),
+            stream=converted(iterator, decoder, translator, pending) if sent.rest is not None else empty(),
             close=response.aclose,
             upstream_ms=ms,
             info=info,
@@ -151,44 +152,7 @@ class AnthropicProvider:
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
         if ex.wire == WIRE_ANTHROPIC:
             return door.relay_as_is(ex, done)
-        return _relay(ex, done)
-
-
-async def _empty() -> AsyncIterator[bytes]:
-    return
-    yield b""  # pragma: no cover
-
-
-async def _converted(iterator, decoder, translator, pending: deque[dict]) -> AsyncIterator[bytes]:
-    """The rest of the event stream as OpenAI SSE bytes, one yield per upstream
-    chunk (the first for the events `start` decoded past its first frame)."""
-    if pending:
-        yield b"".join(frame for event in pending for frame in translator.feed(event))
-    async for chunk in iterator:
-        out = [frame for event in decoder.feed(chunk) for frame in translator.feed(event)]
-        if out:
-            yield b"".join(out)
-    tail = [frame for event in decoder.close() for frame in translator.feed(event)]
-    yield b"".join(tail + translator.finish())
-
-
-async def _relay(ex: Exchange, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
-    translator = ex.info["translator"]
-    ok: bool | None = None
-    try:
-        if ex.body:
-            yield ex.body
-        async for data in ex.stream:  # type: ignore[union-attr]
-            if data:
-                yield data
-        ok = True
-    except (RouterError, ValueError, httpx.HTTPError) as exc:
-        ok = False
-        yield b"".join(translator.fail(mid_stream_error(exc)))
-    finally:
-        if ex.close is not None:
-            await ex.close()
-        done(ok, {"usage": translator.usage})
+        return relay(ex, done)
 
 
 ANTHROPIC = AnthropicProvider()

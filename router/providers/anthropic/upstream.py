@@ -1,14 +1,12 @@
 """What every request to an Anthropic backend shares: its base URL, its
-headers (`x-api-key` + `anthropic-version`, never a Bearer token), the answer
-headers worth relaying, and the error that ends a stream that failed."""
+headers (`x-api-key` + `anthropic-version`, never a Bearer token) and the answer
+headers worth relaying (the error that ends a failed stream is `relay.mid_stream_error`)."""
 
 from __future__ import annotations
 
 import httpx
 
 from ...core.backend import BackendSpec
-from ...core.errors import RouterError, UpstreamError, UpstreamTimeout
-from ..http import is_timeout
 
 API_VERSION = "2023-06-01"
 RELAYED = ("retry-after", "request-id")  # upstream answer headers worth keeping
@@ -42,11 +40,3 @@ def request_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) 
 
 def kept_headers(response: httpx.Response) -> list[tuple[str, str]]:
     return [(name, response.headers[name]) for name in RELAYED if name in response.headers]
-
-
-def mid_stream_error(exc: BaseException) -> RouterError:
-    if isinstance(exc, RouterError):
-        return exc
-    if isinstance(exc, httpx.HTTPError) and is_timeout(exc):
-        return UpstreamTimeout("The provider timed out mid-stream.")
-    return UpstreamError(f"The provider failed mid-stream ({type(exc).__name__}).")

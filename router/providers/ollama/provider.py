@@ -10,7 +10,6 @@ Probed at `GET /api/tags`, which is also its model listing.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,12 +18,14 @@ import httpx
 import orjson
 
 from ...core.backend import BackendSpec
-from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, UpstreamTimeout
+from ...core.errors import RouterError, UnsupportedParameter
 from ...request import Envelope
 from .. import ollama  # this package's pure conversions (its __init__)
 from ..base import Exchange, UpstreamFailed
 from ..estimate import estimated_count
 from ..http import bearer_probe_headers, is_timeout, provider_headers, send
+from ..normalized import prefixed_id
+from ..relay import converted, empty, first_frames, relay
 
 _ENDPOINTS = {
     "chat/completions": ("/api/chat", ollama.chat_request),
@@ -111,22 +112,8 @@ class OllamaProvider:
         decoder = ollama.NdjsonDecoder()
         iterator = sent.rest
         assert iterator is not None  # a 2xx stream keeps its rest open
-        frames: list[bytes] = []
-        chunk = first
         try:
-            while True:
-                for obj in decoder.feed(chunk):
-                    frames.extend(translator.feed(obj))
-                if frames:
-                    break
-                try:
-                    chunk = await anext(iterator)
-                except StopAsyncIteration:
-                    for obj in decoder.close():
-                        frames.extend(translator.feed(obj))
-                    frames.extend(translator.finish())
-                    sent.rest = None
-                    break
+            frames, ended = await first_frames(first, iterator, decoder, translator)
         except (RouterError, ValueError, httpx.HTTPError) as exc:
             await response.aclose()
             raise UpstreamFailed(f"{spec.name} failed before its first token: {exc}",
@@ -134,7 +121,7 @@ class OllamaProvider:
         info["translator"] = translator
         return Exchange(
             spec, 200, [], "text/event-stream", b"".join(head + frames),
-            stream=_converted(iterator, decoder, translator) if sent.rest is not None else _empty(),
+            stream=empty() if ended else converted(iterator, decoder, translator),
             close=response.aclose, upstream_ms=ms, info=info,
         )
 
@@ -143,52 +130,10 @@ class OllamaProvider:
         return ex.body, {"usage": ex.info.get("usage")}
 
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
-        return _relay(ex, done)
+        return relay(ex, done)
 
 
-async def _empty() -> AsyncIterator[bytes]:
-    return
-    yield b""  # pragma: no cover
-
-
-async def _converted(iterator, decoder, translator) -> AsyncIterator[bytes]:
-    """The rest of the NDJSON stream as SSE bytes, one yield per upstream chunk."""
-    async for chunk in iterator:
-        out = [frame for obj in decoder.feed(chunk) for frame in translator.feed(obj)]
-        if out:
-            yield b"".join(out)
-    tail = [frame for obj in decoder.close() for frame in translator.feed(obj)]
-    yield b"".join(tail + translator.finish())
-
-
-async def _relay(ex: Exchange, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
-    translator = ex.info["translator"]
-    ok: bool | None = None
-    try:
-        if ex.body:
-            yield ex.body
-        async for data in ex.stream:  # type: ignore[union-attr]
-            if data:
-                yield data
-        ok = True
-    except (RouterError, ValueError, httpx.HTTPError) as exc:
-        ok = False
-        if isinstance(exc, RouterError):
-            error = exc
-        elif isinstance(exc, httpx.HTTPError) and is_timeout(exc):
-            error = UpstreamTimeout("The provider timed out mid-stream.")
-        else:
-            error = UpstreamError(f"The provider failed mid-stream ({type(exc).__name__}).")
-        yield b"".join(translator.fail(error))
-    finally:
-        if ex.close is not None:
-            await ex.close()
-        done(ok, {"usage": translator.usage})
-
-
-def ollama_id(prefix: str) -> str:
-    """`chatcmpl-<hex>` / `resp_<hex>`: the id shapes OpenAI uses."""
-    return prefix + secrets.token_hex(12)
+ollama_id = prefixed_id  # `chatcmpl-<hex>` / `resp_<hex>`: the id shapes OpenAI uses
 
 
 OLLAMA = OllamaProvider()
