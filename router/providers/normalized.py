@@ -113,6 +113,26 @@ def boolean(body: dict, key: str, default: bool) -> bool:
     return value
 
 
+def function_tools(body: dict) -> list[tuple[str, dict]]:
+    """`(param, tool)` for each entry of `tools`, which must all be function tools."""
+    raw = body.get("tools")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidRequest("'tools' must be a list.", param="tools")
+    out = []
+    for i, tool in enumerate(raw):
+        param = f"tools[{i}]"
+        tool = require_object(tool, param)
+        if tool.get("type") != "function":
+            raise UnsupportedParameter(
+                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.",
+                param=param,
+            )
+        out.append((param, tool))
+    return out
+
+
 # -- output --------------------------------------------------------------------------
 
 
@@ -139,3 +159,25 @@ def sse(obj: dict) -> bytes:
 
 def sse_event(kind: str, obj: dict) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+def chat_completion_object(
+    *, completion_id: str, created: int, model: str, content: str, calls: list[dict], finish: str, usage: dict
+) -> dict:
+    """A one-choice `chat.completion`: the content is null when only tool calls came."""
+    message: dict = {
+        "role": "assistant",
+        "content": content if content or not calls else None,
+        "refusal": None,
+        "annotations": [],
+    }
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": usage,
+    }

@@ -11,6 +11,7 @@ from typing import Any
 
 from router.core.errors import UpstreamError
 from router.providers.anthropic.common import compact_json
+from router.providers.normalized import chat_completion_object
 
 FINISH = {
     "end_turn": "stop",
@@ -67,27 +68,12 @@ def chat_completion(message: Any, *, model: str, completion_id: str, created: in
                     "function": {"name": block["name"], "arguments": compact_json(block.get("input") or {})},
                 }
             )
-    content = "".join(texts)
-    out_message: dict = {
-        "role": "assistant",
-        "content": content if content or not calls else None,
-        "refusal": None,
-        "annotations": [],
-    }
-    if calls:
-        out_message["tool_calls"] = calls
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": out_message,
-                "logprobs": None,
-                "finish_reason": finish_reason(message.get("stop_reason"), bool(calls)),
-            }
-        ],
-        "usage": usage_of(message.get("usage")),
-    }
+    return chat_completion_object(
+        completion_id=completion_id,
+        created=created,
+        model=model,
+        content="".join(texts),
+        calls=calls,
+        finish=finish_reason(message.get("stop_reason"), bool(calls)),
+        usage=usage_of(message.get("usage")),
+    )

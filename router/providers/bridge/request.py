@@ -18,7 +18,15 @@ from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
 from router.providers.bridge.policy import RESPONSES_POLICY
-from router.providers.normalized import Conversion, Ledger, boolean, integer, number, require_object
+from router.providers.normalized import (
+    Conversion,
+    Ledger,
+    boolean,
+    function_tools,
+    integer,
+    number,
+    require_object,
+)
 
 # Responses fields sent under the same chat name, when given (not null).
 _SAME_NAME = (
@@ -227,19 +235,8 @@ def _tool_output(item: dict, param: str) -> dict:
 
 
 def _tools(body: dict, ledger: Ledger) -> list[dict]:
-    raw = body.get("tools")
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be a list.", param="tools")
     out = []
-    for i, tool in enumerate(raw):
-        param = f"tools[{i}]"
-        tool = require_object(tool, param)
-        if tool.get("type") != "function":
-            raise UnsupportedParameter(
-                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.", param=param
-            )
+    for param, tool in function_tools(body):
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("A function tool needs a name.", param=param)

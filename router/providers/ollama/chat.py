@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
+from router.providers.normalized import chat_completion_object
 from router.providers.ollama.common import (
     Conversion,
     Ledger,
@@ -247,27 +248,12 @@ def chat_completion(resp: dict, *, model: str, completion_id: str, created: int)
     raise_if_error(resp)
     message = message_of(resp)
     calls = tool_calls(message)
-    content = message.get("content") or ""
-    out_message: dict = {
-        "role": "assistant",
-        "content": content if content or not calls else None,
-        "refusal": None,
-        "annotations": [],
-    }
-    if calls:
-        out_message["tool_calls"] = openai_calls(calls)
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": out_message,
-                "logprobs": None,
-                "finish_reason": finish_reason(resp.get("done_reason"), bool(calls)),
-            }
-        ],
-        "usage": usage(resp),
-    }
+    return chat_completion_object(
+        completion_id=completion_id,
+        created=created,
+        model=model,
+        content=message.get("content") or "",
+        calls=openai_calls(calls) if calls else [],
+        finish=finish_reason(resp.get("done_reason"), bool(calls)),
+        usage=usage(resp),
+    )

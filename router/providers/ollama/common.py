@@ -24,6 +24,7 @@ from router.providers.normalized import (  # noqa: F401 (re-exported: the Ollama
     Ledger,
     boolean,
     compact_json,
+    function_tools,
     integer,
     new_id,
     number,
@@ -265,27 +266,3 @@ def raise_if_error(frame: dict) -> None:
         if isinstance(error, dict):
             error = error.get("message") or error
         raise UpstreamError(f"Ollama: {error}"[:1000])
-
-
-
-
-
-
-def function_tools(body: dict) -> list[tuple[str, dict]]:
-    """`(param, tool)` for each entry of `tools`, which must all be function tools."""
-    raw = body.get("tools")
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be a list.", param="tools")
-    out = []
-    for i, tool in enumerate(raw):
-        param = f"tools[{i}]"
-        tool = require_object(tool, param)
-        if tool.get("type") != "function":
-            raise UnsupportedParameter(
-                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.",
-                param=param,
-            )
-        out.append((param, tool))
-    return out
