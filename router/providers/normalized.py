@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,24 +114,41 @@ def boolean(body: dict, key: str, default: bool) -> bool:
     return value
 
 
+def stop_option(body: dict) -> list[str] | None:
+    """`stop` (a string or a list of strings) → the list of stop sequences."""
+    stop = body.get("stop")
+    if stop is None:
+        return None
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return list(stop)
+    raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
+
+
 def function_tools(body: dict) -> list[tuple[str, dict]]:
-    """`(param, tool)` for each entry of `tools`, which must all be function tools."""
+    """`(param, tool)` for each entry of `tools`, which must all be function
+    tools; every entry is checked before the caller sees the first."""
+    return list(each_function_tool(body))
+
+
+def each_function_tool(body: dict, require: Callable[[Any, str], dict] = require_object) -> Iterator[tuple[str, dict]]:
+    """`function_tools` one entry at a time: an entry is checked (with the
+    provider's object check `require`) only when the caller got the previous one."""
     raw = body.get("tools")
     if raw is None:
-        return []
+        return
     if not isinstance(raw, list):
         raise InvalidRequest("'tools' must be a list.", param="tools")
-    out = []
     for i, tool in enumerate(raw):
         param = f"tools[{i}]"
-        tool = require_object(tool, param)
+        tool = require(tool, param)
         if tool.get("type") != "function":
             raise UnsupportedParameter(
                 f"Tools of type {tool.get('type')!r} are not supported by this model's provider.",
                 param=param,
             )
-        out.append((param, tool))
-    return out
+        yield param, tool
 
 
 # -- output --------------------------------------------------------------------------

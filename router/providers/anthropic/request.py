@@ -22,6 +22,7 @@ from router.providers.anthropic.common import (
 )
 from router.providers.anthropic.messages import system_and_turns
 from router.providers.anthropic.policy import CHAT_POLICY, EXTENSIONS
+from router.providers.normalized import each_function_tool, stop_option
 
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI does not
 THINKING_BUDGET = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384, "xhigh": 16384}
@@ -56,7 +57,7 @@ def chat_request(body: dict, served_model: str) -> Conversion:
     if thinking:
         request["thinking"] = thinking
         ledger.note("thinking text is not returned: Chat Completions has no field for it")
-    stop = _stop(body.get("stop"))
+    stop = stop_option(body)
     if stop:
         request["stop_sequences"] = stop
     temperature = number(body, "temperature")
@@ -133,33 +134,12 @@ def _thinking(effort: Any) -> dict | None:
     return {"type": "enabled", "budget_tokens": THINKING_BUDGET[effort]}
 
 
-def _stop(stop: Any) -> list[str] | None:
-    if stop is None:
-        return None
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return list(stop)
-    raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
-
-
 # -- tools -------------------------------------------------------------------------
 
 
 def _tools(body: dict, ledger: Ledger) -> list[dict]:
-    raw = body.get("tools")
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be a list.", param="tools")
     out = []
-    for i, tool in enumerate(raw):
-        param = f"tools[{i}]"
-        tool = require_object(tool, param)
-        if tool.get("type") != "function":
-            raise UnsupportedParameter(
-                f"Tools of type {tool.get('type')!r} are not supported by this model's provider.", param=param
-            )
+    for param, tool in each_function_tool(body, require_object):
         fn = require_object(tool.get("function"), f"{param}.function")
         name = fn.get("name")
         if not isinstance(name, str) or not name:

@@ -21,8 +21,9 @@ from router.providers.bridge.policy import RESPONSES_POLICY
 from router.providers.normalized import (
     Conversion,
     Ledger,
+    apply_policy,
     boolean,
-    function_tools,
+    each_function_tool,
     integer,
     number,
     require_object,
@@ -47,7 +48,7 @@ def responses_to_chat(body: dict) -> Conversion:
     """`/v1/responses` body → `/v1/chat/completions` body (model kept as sent)."""
     require_object(body)
     ledger = Ledger()
-    _apply_policy(body, ledger)
+    apply_policy(body, RESPONSES_POLICY, ledger, frozenset(), "the provider")
     _check_conditionals(body, ledger)
 
     chat: dict[str, Any] = {"model": body.get("model"), "messages": _messages(body, ledger)}
@@ -77,23 +78,6 @@ def responses_to_chat(body: dict) -> Conversion:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
     return ledger.done(chat)
-
-
-def _apply_policy(body: dict, ledger: Ledger) -> None:
-    """Record ignored/unknown fields and reject unconditionally unsupported ones
-    (a null value counts as absent, as OpenAI itself treats it)."""
-    for key, value in body.items():
-        rule = RESPONSES_POLICY.get(key)
-        if rule is None:
-            ledger.ignore(key, "unknown field, not sent to the provider")
-            continue
-        policy, why = rule
-        if value is None:
-            continue
-        if policy == "ignored":
-            ledger.ignore(key, why)
-        elif policy == "unsupported":
-            raise UnsupportedParameter(f"'{key}' is not supported by this model's provider: {why}", param=key)
 
 
 def _check_conditionals(body: dict, ledger: Ledger) -> None:
@@ -236,7 +220,7 @@ def _tool_output(item: dict, param: str) -> dict:
 
 def _tools(body: dict, ledger: Ledger) -> list[dict]:
     out = []
-    for param, tool in function_tools(body):
+    for param, tool in each_function_tool(body):
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise InvalidRequest("A function tool needs a name.", param=param)

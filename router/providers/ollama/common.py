@@ -31,6 +31,7 @@ from router.providers.normalized import (  # noqa: F401 (re-exported: the Ollama
     require_object,
     sse,
     sse_event,
+    stop_option,
 )
 
 # Fields outside the OpenAI API that a normalized provider still understands.
@@ -75,17 +76,6 @@ def sampling_options(body: dict, keys: dict[str, str]) -> dict:
         if value is not None:
             options[target] = value
     return options
-
-
-def stop_option(body: dict) -> list[str] | None:
-    stop = body.get("stop")
-    if stop is None:
-        return None
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return list(stop)
-    raise InvalidRequest("'stop' must be a string or a list of strings.", param="stop")
 
 
 def think_value(body: dict, effort: Any, param: str) -> bool | str | None:
