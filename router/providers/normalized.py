@@ -8,8 +8,10 @@ re-export these names; a provider's own variants (e.g. Anthropic's
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +153,26 @@ def each_function_tool(body: dict, require: Callable[[Any, str], dict] = require
         yield param, tool
 
 
+def embed_input(body: dict) -> str | list[str]:
+    """The `input` of `/v1/embeddings` (text only), after checking `encoding_format`."""
+    text = body.get("input")
+    if isinstance(text, list):
+        if not text:
+            raise InvalidRequest("'input' must not be empty.", param="input")
+        if not all(isinstance(t, str) for t in text):
+            if all(isinstance(t, int | list) for t in text):
+                raise UnsupportedParameter(
+                    "Token-id input is not supported by this model's provider; send text.",
+                    param="input",
+                )
+            raise InvalidRequest("'input' must be a string or a list of strings.", param="input")
+    elif not isinstance(text, str):
+        raise InvalidRequest("'input' must be a string or a list of strings.", param="input")
+    if body.get("encoding_format") not in (None, "float", "base64"):
+        raise InvalidRequest("'encoding_format' must be 'float' or 'base64'.", param="encoding_format")
+    return text
+
+
 # -- output --------------------------------------------------------------------------
 
 
@@ -199,3 +221,8 @@ def chat_completion_object(
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": usage,
     }
+
+
+def base64_vector(vector: list[float]) -> str:
+    """An embedding as OpenAI's `encoding_format: base64` sends it (little-endian float32)."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()

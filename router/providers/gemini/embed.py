@@ -8,15 +8,12 @@ here, as OpenAI does: little-endian float32.
 
 from __future__ import annotations
 
-import base64
-import struct
-
-from router.core.errors import InvalidRequest, UnsupportedParameter
+from router.core.errors import InvalidRequest
 from router.providers.estimate import CHARS_PER_TOKEN
 from router.providers.gemini.common import apply_policy
 from router.providers.gemini.policy import EMBED_POLICY
 from router.providers.gemini.wire import model_path
-from router.providers.normalized import Conversion, Ledger, integer, require_object
+from router.providers.normalized import Conversion, Ledger, base64_vector, embed_input, integer, require_object
 
 
 def embed_request(body: dict, served_model: str) -> tuple[str, Conversion]:
@@ -24,20 +21,7 @@ def embed_request(body: dict, served_model: str) -> tuple[str, Conversion]:
     require_object(body)
     ledger = Ledger()
     apply_policy(body, EMBED_POLICY, ledger, extensions=frozenset())
-    text = body.get("input")
-    if isinstance(text, list):
-        if not text:
-            raise InvalidRequest("'input' must not be empty.", param="input")
-        if not all(isinstance(t, str) for t in text):
-            if all(isinstance(t, int | list) for t in text):
-                raise UnsupportedParameter(
-                    "Token-id input is not supported by this model's provider; send text.", param="input"
-                )
-            raise InvalidRequest("'input' must be a string or a list of strings.", param="input")
-    elif not isinstance(text, str):
-        raise InvalidRequest("'input' must be a string or a list of strings.", param="input")
-    if body.get("encoding_format") not in (None, "float", "base64"):
-        raise InvalidRequest("'encoding_format' must be 'float' or 'base64'.", param="encoding_format")
+    text = embed_input(body)
     dimensions = integer(body, "dimensions")
     if dimensions is not None and dimensions < 1:
         raise InvalidRequest("'dimensions' must be at least 1.", param="dimensions")
@@ -52,10 +36,6 @@ def embed_request(body: dict, served_model: str) -> tuple[str, Conversion]:
         return "embedContent", ledger.done(one(text))
     model = model_path(served_model)
     return "batchEmbedContents", ledger.done({"requests": [{"model": model, **one(t)} for t in text]})
-
-
-def _base64(vector: list[float]) -> str:
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
 
 
 def estimated_tokens(body: dict) -> int:
@@ -76,7 +56,8 @@ def embeddings(resp: dict, *, model: str, request_body: dict) -> dict:
         raise ValueError(f"Gemini answered {len(vectors)} embeddings for {expected} inputs")
     as_base64 = request_body.get("encoding_format") == "base64"
     data = [
-        {"object": "embedding", "index": i, "embedding": _base64(v) if as_base64 else v} for i, v in enumerate(vectors)
+        {"object": "embedding", "index": i, "embedding": base64_vector(v) if as_base64 else v}
+        for i, v in enumerate(vectors)
     ]
     tokens = estimated_tokens(request_body)
     return {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

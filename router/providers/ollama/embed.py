@@ -6,10 +6,7 @@ Ollama embeds text only, so token-id inputs are unsupported. A base64
 
 from __future__ import annotations
 
-import base64
-import struct
-
-from router.core.errors import InvalidRequest, UnsupportedParameter
+from router.providers.normalized import base64_vector, embed_input
 from router.providers.ollama.common import (
     Conversion,
     Ledger,
@@ -26,21 +23,7 @@ def embed_request(body: dict, served_model: str) -> Conversion:
     require_object(body)
     ledger = Ledger()
     apply_policy(body, EMBED_POLICY, ledger, extensions=frozenset())
-    text = body.get("input")
-    if isinstance(text, list):
-        if not text:
-            raise InvalidRequest("'input' must not be empty.", param="input")
-        if not all(isinstance(t, str) for t in text):
-            if all(isinstance(t, int | list) for t in text):
-                raise UnsupportedParameter(
-                    "Token-id input is not supported by this model's provider; send text.",
-                    param="input",
-                )
-            raise InvalidRequest("'input' must be a string or a list of strings.", param="input")
-    elif not isinstance(text, str):
-        raise InvalidRequest("'input' must be a string or a list of strings.", param="input")
-    if body.get("encoding_format") not in (None, "float", "base64"):
-        raise InvalidRequest("'encoding_format' must be 'float' or 'base64'.", param="encoding_format")
+    text = embed_input(body)
     request: dict = {"model": served_model, "input": text}
     dimensions = integer(body, "dimensions")
     if dimensions is not None:
@@ -48,16 +31,13 @@ def embed_request(body: dict, served_model: str) -> Conversion:
     return ledger.done(request)
 
 
-def _base64(vector: list[float]) -> str:
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-
-
 def embeddings(resp: dict, *, model: str, encoding_format: str | None) -> dict:
     """Ollama `{embeddings: [[…]]}` → an OpenAI embedding list."""
     vectors = resp.get("embeddings") or []
     as_base64 = encoding_format == "base64"
     data = [
-        {"object": "embedding", "index": i, "embedding": _base64(v) if as_base64 else v} for i, v in enumerate(vectors)
+        {"object": "embedding", "index": i, "embedding": base64_vector(v) if as_base64 else v}
+        for i, v in enumerate(vectors)
     ]
     prompt, _ = token_counts(resp)
     return {
