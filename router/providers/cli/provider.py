@@ -27,6 +27,7 @@ from ...core.errors import RouterError, UnsupportedParameter, UpstreamError, Ups
 from ...request import Envelope
 from ..base import Exchange, UpstreamFailed
 from ..estimate import estimate_tokens, estimated_count
+from ..relay import empty
 from . import convert
 from .process import Run, RunTimeout
 
@@ -106,7 +107,7 @@ class CliProvider:
             if first is None:  # no output at all: the exit decides
                 await _exited_ok(run, spec)
                 head = translator.finish()
-                rest: AsyncIterator[bytes] = _empty()
+                rest: AsyncIterator[bytes] = empty()
             else:
                 head = translator.line(first)
                 rest = _rest(run, spec, lines, translator)
@@ -156,11 +157,6 @@ async def _whole(run: Run, spec: BackendSpec, max_bytes: int) -> str:
         parts.append(text)
     await _exited_ok(run, spec)
     return "".join(parts)
-
-
-async def _empty() -> AsyncIterator[bytes]:
-    return
-    yield b""  # pragma: no cover
 
 
 async def _rest(
