@@ -47,6 +47,8 @@ from .runtime import Runtime, get_runtime
 
 log = logging.getLogger(__name__)
 
+DETAIL_MAX = 1000  # characters of a failure's detail (a command's stderr tail) an observation keeps
+
 
 class Routed:
     """A routed request: rendered by a front door, closed exactly once.
@@ -162,6 +164,8 @@ class Routed:
         obs["usage"] = info.get("usage")
         if ok is False:
             obs["stream_error"] = True
+            if info.get("detail"):
+                obs["failure_details"] = {self.exchange.spec.name: str(info["detail"])[-DETAIL_MAX:]}
         elif ok is None:
             obs["client_disconnected"] = True
         observe.record(obs)
@@ -208,6 +212,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                 rt.release(state, ok=False)
                 last_failure = failure
                 obs.setdefault("failures", []).append(spec.name)
+                if failure.detail:  # for the operator (the observation), never the client
+                    obs.setdefault("failure_details", {})[spec.name] = failure.detail[-DETAIL_MAX:]
                 if retry.backoff_s and attempts < retry.max_attempts:
                     await asyncio.sleep(retry.backoff_s * attempts)
                 continue

@@ -38,12 +38,16 @@ class Upstreams(Protocol):
 
 
 class UpstreamFailed(Exception):
-    """Failed before the first byte reached the client: safe to retry elsewhere."""
+    """Failed before the first byte reached the client: safe to retry elsewhere.
 
-    def __init__(self, reason: str, *, timeout: bool = False) -> None:
+    `reason` may reach the client (in the final 502/504); `detail` (e.g. a
+    command's stderr) goes to the observation only, never to the client."""
+
+    def __init__(self, reason: str, *, timeout: bool = False, detail: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
         self.timeout = timeout
+        self.detail = detail
 
 
 @dataclass(slots=True)

@@ -5,8 +5,9 @@ command cannot honour is a 400 before anything runs), spawns the command
 (router/providers/cli/process.py) and reads its answer: all of stdout and
 the exit (non-streamed), or up to its first line (streamed), so a command
 that fails before answering is still retried elsewhere (`UpstreamFailed`).
-The command's stderr never reaches the client: its tail is logged (a
-failure) and kept in the exchange's `info["stderr"]`.
+The command's stderr never reaches the client: on a failure its tail is
+logged and kept in the request's observation (`failure_details`), and the
+exchange keeps it in `info["stderr"]`.
 
 Never probed (there is no URL), lists no models; `capacity` (default 1,
 router/config_schema.py) is how many runs one web process starts at once.
@@ -114,7 +115,9 @@ class CliProvider:
         except RunTimeout:
             await run.close()
             raise UpstreamFailed(
-                f"the command of {spec.name} ran past its {cli.timeout:g}s timeout", timeout=True
+                f"the command of {spec.name} ran past its {cli.timeout:g}s timeout",
+                timeout=True,
+                detail=run.stderr_tail(),
             ) from None
         except BaseException:
             await run.close()
@@ -145,7 +148,7 @@ def _failed(run: Run, spec: BackendSpec, status: int) -> str:
 async def _exited_ok(run: Run, spec: BackendSpec) -> None:
     status = await run.wait()
     if status != 0:
-        raise UpstreamFailed(_failed(run, spec, status))
+        raise UpstreamFailed(_failed(run, spec, status), detail=run.stderr_tail())
 
 
 async def _whole(run: Run, spec: BackendSpec, max_bytes: int) -> str:
@@ -194,8 +197,8 @@ async def _relay(ex: Exchange, done: Callable[[bool | None, dict], None]) -> Asy
     finally:
         if ex.close is not None:
             await ex.close()
-        ex.info["stderr"] = ex.info["run"].stderr_tail()
-        done(ok, {"usage": translator.usage})
+        ex.info["stderr"] = tail = ex.info["run"].stderr_tail()
+        done(ok, {"usage": translator.usage, "detail": tail if ok is False else ""})
 
 
 CLI = CliProvider()

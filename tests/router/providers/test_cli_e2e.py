@@ -185,18 +185,26 @@ def test_a_timeout_mid_stream_ends_with_one_error_frame(router, pids) -> None:
     wait_until(lambda: gone(pid_of(pids / "stream-timeout")), 30, what="the command to be killed")
 
 
-def test_a_failed_command_is_a_502_that_names_the_status_not_stderr(client) -> None:
+def test_a_failed_command_is_a_502_that_names_the_status_not_stderr(client, router) -> None:
+    request_id = rid()
     with pytest.raises(openai.APIStatusError) as err:
-        client.chat.completions.create(**hi("cli-fail"))
+        client.chat.completions.create(**hi("cli-fail"), extra_headers={"x-request-id": request_id})
     assert err.value.status_code == 502
     message = err.value.response.text
     assert "the command exited with status 3" in message
     assert SECRET_STDERR not in message
+    # The operator sees the stderr tail in the request's observation.
+    assert SECRET_STDERR in observation(router, request_id)["failure_details"]["cli-fail"]
 
 
 def test_a_failure_after_output_is_one_error_frame(router) -> None:
+    request_id = rid()
     with httpx.stream(
-        "POST", router.url + "/v1/chat/completions", json=hi("cli-fail-late", stream=True), timeout=60
+        "POST",
+        router.url + "/v1/chat/completions",
+        json=hi("cli-fail-late", stream=True),
+        timeout=60,
+        headers={"x-request-id": request_id},
     ) as r:
         raw = r.read()
     events = chat_sse([f + b"\n\n" for f in raw.split(b"\n\n") if f])
@@ -204,6 +212,8 @@ def test_a_failure_after_output_is_one_error_frame(router) -> None:
     assert events[-1]["error"]["code"] == "upstream_error"
     assert "the command exited with status 4" in events[-1]["error"]["message"]
     assert SECRET_STDERR.encode() not in raw and "[DONE]" not in events
+    obs = observation(router, request_id)
+    assert obs["stream_error"] is True and SECRET_STDERR in obs["failure_details"]["cli-fail-late"]
 
 
 def test_tools_are_refused_before_anything_runs(client, pids) -> None:
