@@ -18,8 +18,18 @@ from typing import Any
 import httpx
 
 from ..core.errors import RouterError, UpstreamError, UpstreamTimeout
-from .base import Exchange
+from .base import Exchange, UpstreamFailed
 from .http import is_timeout
+
+# What reading a stream may fail with before its first client frame: the
+# attempt then failed before the client saw a byte (`failed_early`).
+EARLY_FAILURES = (RouterError, ValueError, httpx.HTTPError)
+
+
+def failed_early(name: str, exc: BaseException) -> UpstreamFailed:
+    """A failure before the first frame of backend `name` → retried elsewhere."""
+    timeout = isinstance(exc, httpx.HTTPError) and is_timeout(exc)
+    return UpstreamFailed(f"{name} failed before its first token: {exc}", timeout=timeout)
 
 
 def mid_stream_error(exc: BaseException) -> RouterError:

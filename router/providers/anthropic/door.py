@@ -20,9 +20,9 @@ from ...core.backend import BackendSpec
 from ...core.errors import RouterError, UpstreamError
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
-from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
-from ..http import is_timeout, send
-from ..relay import mid_stream_error
+from ..base import WIRE_ANTHROPIC, Exchange
+from ..http import send
+from ..relay import EARLY_FAILURES, failed_early, mid_stream_error
 from .upstream import api_base, kept_headers, request_headers
 
 _CLIENT_HEADERS = ("anthropic-beta",)  # forwarded on the door's own requests only
@@ -116,12 +116,9 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
                 chunk = await anext(iterator)
             except StopAsyncIteration as exc:
                 raise UpstreamError("the stream ended before its first event") from exc
-    except (RouterError, ValueError, httpx.HTTPError) as exc:
+    except EARLY_FAILURES as exc:
         await response.aclose()
-        raise UpstreamFailed(
-            f"{spec.name} failed before its first token: {exc}",
-            timeout=isinstance(exc, httpx.HTTPError) and is_timeout(exc),
-        ) from exc
+        raise failed_early(spec.name, exc) from exc
     info["watch"] = watch
     return Exchange(
         spec,

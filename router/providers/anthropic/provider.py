@@ -20,7 +20,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import orjson
 
 from ...core.backend import BackendSpec
@@ -28,8 +27,8 @@ from ...core.errors import RouterError, UnsupportedParameter
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
-from ..http import is_timeout, send
-from ..relay import converted, empty, relay
+from ..http import send
+from ..relay import EARLY_FAILURES, converted, empty, failed_early, relay
 from . import door
 from .upstream import api_base, auth_headers, kept_headers, request_headers
 
@@ -126,12 +125,9 @@ class AnthropicProvider:
                     frames.extend(translator.finish())
                     sent.rest = None
                     break
-        except (RouterError, ValueError, httpx.HTTPError) as exc:
+        except EARLY_FAILURES as exc:
             await response.aclose()
-            raise UpstreamFailed(
-                f"{spec.name} failed before its first token: {exc}",
-                timeout=isinstance(exc, httpx.HTTPError) and is_timeout(exc),
-            ) from exc
+            raise failed_early(spec.name, exc) from exc
         info["translator"] = translator
         return Exchange(
             spec,

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import orjson
 
 from ...core.backend import BackendSpec
@@ -22,9 +21,9 @@ from ...core.errors import RouterError, UnsupportedParameter
 from ...request import Envelope
 from .. import gemini  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
-from ..http import is_timeout, send
+from ..http import send
 from ..normalized import prefixed_id
-from ..relay import converted, empty, first_frames, relay
+from ..relay import EARLY_FAILURES, converted, empty, failed_early, first_frames, relay
 
 _ENDPOINTS = ("chat/completions", "embeddings", "messages/count_tokens")
 
@@ -115,12 +114,9 @@ class GeminiProvider:
             return Exchange(
                 spec, blocked.status, [], "application/json", orjson.dumps(blocked.to_dict()), upstream_ms=ms, info=info
             )
-        except (RouterError, ValueError, httpx.HTTPError) as exc:
+        except EARLY_FAILURES as exc:
             await response.aclose()
-            raise UpstreamFailed(
-                f"{spec.name} failed before its first token: {exc}",
-                timeout=isinstance(exc, httpx.HTTPError) and is_timeout(exc),
-            ) from exc
+            raise failed_early(spec.name, exc) from exc
         info["translator"] = translator
         return Exchange(
             spec,

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx
 import orjson
 
 from ...core.backend import BackendSpec
@@ -23,9 +22,9 @@ from ...request import Envelope
 from .. import ollama  # this package's pure conversions (its __init__)
 from ..base import Exchange, UpstreamFailed
 from ..estimate import estimated_count
-from ..http import bearer_probe_headers, is_timeout, provider_headers, send
+from ..http import bearer_probe_headers, provider_headers, send
 from ..normalized import prefixed_id
-from ..relay import converted, empty, first_frames, relay
+from ..relay import EARLY_FAILURES, converted, empty, failed_early, first_frames, relay
 
 _ENDPOINTS = {
     "chat/completions": ("/api/chat", ollama.chat_request),
@@ -114,10 +113,9 @@ class OllamaProvider:
         assert iterator is not None  # a 2xx stream keeps its rest open
         try:
             frames, ended = await first_frames(first, iterator, decoder, translator)
-        except (RouterError, ValueError, httpx.HTTPError) as exc:
+        except EARLY_FAILURES as exc:
             await response.aclose()
-            raise UpstreamFailed(f"{spec.name} failed before its first token: {exc}",
-                                 timeout=isinstance(exc, httpx.HTTPError) and is_timeout(exc)) from exc
+            raise failed_early(spec.name, exc) from exc
         info["translator"] = translator
         return Exchange(
             spec, 200, [], "text/event-stream", b"".join(head + frames),
