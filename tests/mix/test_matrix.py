@@ -180,7 +180,7 @@ def _chat_once(client, model, messages, stream, extra) -> tuple[str, list[tuple[
         choice = completion.choices[0]
         assert completion.usage is not None and completion.usage.completion_tokens >= 0
         calls = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or ()]
-        assert choice.finish_reason == ("tool_calls" if calls else choice.finish_reason)
+        assert choice.finish_reason == ("tool_calls" if calls else "stop")
         return choice.message.content or "", calls
     text, parts, finish, usage = [], {}, None, None
     for chunk in client.chat.completions.create(
@@ -200,7 +200,7 @@ def _chat_once(client, model, messages, stream, extra) -> tuple[str, list[tuple[
             finish = choice.finish_reason or finish
     assert usage is not None, "include_usage asked for a usage chunk"
     calls = [(p["id"], p["name"], json.loads(p["arguments"])) for p in parts.values()]
-    assert finish == ("tool_calls" if calls else finish) and finish is not None
+    assert finish == ("tool_calls" if calls else "stop")
     return "".join(text), calls
 
 
@@ -310,9 +310,7 @@ def _stream_text(stack: Stack, model: str) -> tuple[str, str]:
         )
     )
     assert chunks and all(isinstance(c, openai.types.chat.ChatCompletionChunk) for c in chunks)
-    assert chunks[-1].choices[0].finish_reason == "stop" or any(
-        c.choices and c.choices[0].finish_reason for c in chunks
-    )
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[0].model
 
 
