@@ -155,9 +155,7 @@ class Routed:
             return
         self._finished = True
         assert self._state is not None
-        # An answer the provider made without the backend (the count estimate)
-        # says nothing about the backend's health or latency.
-        verdict = None if self.exchange.info.get("estimate") else ok
+        verdict = ok if self.exchange.upstream else None  # answered without the backend: no verdict
         self._rt.release(self._state, ok=verdict, latency_ms=self.exchange.upstream_ms)
         obs = self.obs
         obs["latency_ms"] = (time.perf_counter() - self._started) * 1000.0

@@ -66,6 +66,9 @@ class Exchange:
     # Anthropic door's own request as is (router/frontends/messages.py relays
     # it without translating twice).
     wire: str = WIRE_OPENAI
+    # False when the provider answered without asking the backend (the
+    # count_tokens estimate): the answer says nothing of its health or latency.
+    upstream: bool = True
 
 
 class Provider(Protocol):

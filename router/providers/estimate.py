@@ -68,4 +68,5 @@ def estimated_count(spec: BackendSpec, chat: dict[str, Any], model: str) -> Exch
         body,
         info={"served": spec.served_name(model), "estimate": True},
         wire=WIRE_ANTHROPIC,
+        upstream=False,
     )
