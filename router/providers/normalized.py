@@ -176,6 +176,25 @@ def embed_input(body: dict) -> str | list[str]:
 # -- output --------------------------------------------------------------------------
 
 
+def responses_input(body: dict) -> tuple[list[dict], list | None]:
+    """A Responses body's leading chat messages — `instructions` as a system
+    message, a string `input` as the user's — and its input items (None when
+    `input` is a string). Items are the caller's to convert."""
+    out: list[dict] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise InvalidRequest("'instructions' must be a string.", param="instructions")
+        out.append({"role": "system", "content": instructions})
+    items = body.get("input")
+    if isinstance(items, str):
+        out.append({"role": "user", "content": items})
+        return out, None
+    if not isinstance(items, list) or not items:
+        raise InvalidRequest("'input' must be a string or a non-empty list of items.", param="input")
+    return out, items
+
+
 def new_id(prefix: str) -> str:
     """`<prefix>_<24 hex>`: the id shapes OpenAI uses (call_, msg_, fc_, rs_)."""
     return f"{prefix}_{secrets.token_hex(12)}"

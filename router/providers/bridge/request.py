@@ -27,6 +27,7 @@ from router.providers.normalized import (
     integer,
     number,
     require_object,
+    responses_input,
 )
 
 # Responses fields sent under the same chat name, when given (not null).
@@ -105,18 +106,9 @@ def _check_conditionals(body: dict, ledger: Ledger) -> None:
 
 
 def _messages(body: dict, ledger: Ledger) -> list[dict]:
-    out: list[dict] = []
-    instructions = body.get("instructions")
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise InvalidRequest("'instructions' must be a string.", param="instructions")
-        out.append({"role": "system", "content": instructions})
-    items = body.get("input")
-    if isinstance(items, str):
-        out.append({"role": "user", "content": items})
+    out, items = responses_input(body)
+    if items is None:
         return out
-    if not isinstance(items, list) or not items:
-        raise InvalidRequest("'input' must be a string or a non-empty list of items.", param="input")
     for i, item in enumerate(items):
         param = f"input[{i}]"
         item = require_object(item, param)

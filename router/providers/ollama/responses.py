@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
+from router.providers.normalized import responses_input
 from router.providers.ollama.common import (
     Conversion,
     Ledger,
@@ -123,18 +124,9 @@ def _tools(body: dict, ledger: Ledger) -> list[dict]:
 
 
 def _messages(body: dict, ledger: Ledger) -> list[dict]:
-    out: list[dict] = []
-    instructions = body.get("instructions")
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise InvalidRequest("'instructions' must be a string.", param="instructions")
-        out.append({"role": "system", "content": instructions})
-    items = body.get("input")
-    if isinstance(items, str):
-        out.append({"role": "user", "content": items})
+    out, items = responses_input(body)
+    if items is None:
         return out
-    if not isinstance(items, list) or not items:
-        raise InvalidRequest("'input' must be a string or a non-empty list of items.", param="input")
     call_names: dict[str, str] = {}
     for i, item in enumerate(items):
         param = f"input[{i}]"
