@@ -176,6 +176,14 @@ def embed_input(body: dict) -> str | list[str]:
 # -- output --------------------------------------------------------------------------
 
 
+def part_text(part: dict, kind: str, where: str) -> str:
+    """The string of a `text` / `refusal` content part (400 naming `where` otherwise)."""
+    value = part.get(kind)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"A {kind} part needs a string '{kind}'.", param=where)
+    return value
+
+
 def responses_input(body: dict) -> tuple[list[dict], list | None]:
     """A Responses body's leading chat messages — `instructions` as a system
     message, a string `input` as the user's — and its input items (None when

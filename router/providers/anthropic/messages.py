@@ -17,6 +17,7 @@ import orjson
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
 from router.providers.anthropic.common import Ledger, require_object
+from router.providers.normalized import part_text
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
@@ -108,9 +109,7 @@ def _text_blocks(content: Any, param: str, *, allow_refusal: bool = False) -> li
         part = require_object(part, where)
         kind = part.get("type")
         if kind == "text" or (allow_refusal and kind == "refusal"):
-            value = part.get(kind)
-            if not isinstance(value, str):
-                raise InvalidRequest(f"A {kind} part needs a string '{kind}'.", param=where)
+            value = part_text(part, kind, where)
             if value:
                 out.append({"type": "text", "text": value})
         else:

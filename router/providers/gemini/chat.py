@@ -26,6 +26,7 @@ from router.providers.gemini.common import (
 )
 from router.providers.gemini.policy import CHAT_POLICY
 from router.providers.gemini.wire import model_path, raise_if_blocked, raise_if_error
+from router.providers.normalized import part_text
 from router.providers.ollama.common import (
     Conversion,
     Ledger,
@@ -280,9 +281,7 @@ def _parts(content: Any, param: str, *, text_only: bool = False) -> list[dict]:
         part = require_object(part, where)
         kind = part.get("type")
         if kind in ("text", "refusal"):
-            value = part.get(kind)
-            if not isinstance(value, str):
-                raise InvalidRequest(f"A {kind} part needs a string '{kind}'.", param=where)
+            value = part_text(part, kind, where)
             if value:
                 out.append({"text": value})
             continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
-from router.providers.normalized import chat_completion_object
+from router.providers.normalized import chat_completion_object, part_text
 from router.providers.ollama.common import (
     Conversion,
     Ledger,
@@ -184,9 +184,7 @@ def _content(content: Any, param: str) -> tuple[str, list[str]]:
         part = require_object(part, where)
         kind = part.get("type")
         if kind in ("text", "refusal"):
-            value = part.get(kind)
-            if not isinstance(value, str):
-                raise InvalidRequest(f"A {kind} part needs a string '{kind}'.", param=where)
+            value = part_text(part, kind, where)
             texts.append(value)
         elif kind == "image_url":
             url = part.get("image_url")
