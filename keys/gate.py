@@ -126,13 +126,17 @@ class KeyGate:
         if record.ip_restricted and not (
             record.networks and ip_allowed(record.networks, client_ip)
         ):
-            raise ClientIpNotAllowed()
+            refusal = ClientIpNotAllowed()
+            refusal.key = record
+            raise refusal
         if record.rate_limit is not None and self._limiter is not None:
             allowed, retry_after = await self._limiter.acquire(
                 record.bucket, record.rate_limit, now
             )
             if not allowed:
-                raise RateLimited(headers={"Retry-After": str(retry_after)})
+                limited = RateLimited(headers={"Retry-After": str(retry_after)})
+                limited.key = record
+                raise limited
         return record
 
     @staticmethod

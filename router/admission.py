@@ -27,7 +27,7 @@ from django.http import HttpRequest
 
 from . import observe
 from .core.clientip import client_ip as resolve_client_ip
-from .core.errors import ModelNotFound, NotReady, PathSelectorRejected
+from .core.errors import ModelNotFound, NotReady, PathSelectorRejected, RouterError
 from .core.snapshot import Snapshot
 from .request import path_selector
 from .runtime import get_runtime
@@ -96,6 +96,15 @@ def reject_path_selector(body: dict[str, Any]) -> None:
         )
 
 
+def note_key(obs: dict[str, Any], key: Any) -> None:
+    """The key a request ran under, in its observation: the name (shown), the
+    record id (`operator:<pk>` / `coordinator:<key_id>`, what usage is
+    counted by) and the source (a bounded metric label)."""
+    obs["key"] = key.name
+    obs["key_id"] = key.id
+    obs["key_source"] = key.source
+
+
 async def admit(
     request: HttpRequest,
     snap: Snapshot,
@@ -141,9 +150,14 @@ async def admit(
         gate = get_runtime().gate
         if gate is not None:
             caller.gate = gate
-            caller.key = await gate.admit(headers, client_ip, time.time())
+            try:
+                caller.key = await gate.admit(headers, client_ip, time.time())
+            except RouterError as refusal:  # a 403/429 row still names its key
+                if refusal.key is not None and obs is not None:
+                    note_key(obs, refusal.key)
+                raise
             if caller.key is not None and obs is not None:
-                obs["key"] = caller.key.name
+                note_key(obs, caller.key)
     if obs is not None:
         # Admitted: only now may the model become a metric label, and only a
         # name this snapshot publishes (anything else is one `other` bucket).

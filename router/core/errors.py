@@ -26,6 +26,9 @@ class RouterError(Exception):
         self.message = message or type(self).message
         self.param = param
         self.headers = headers or {}
+        # The API key the refusal is about, when one was identified (a
+        # rate-limited or IP-refused key): for the observation, never the client.
+        self.key: object | None = None
         super().__init__(self.message)
 
     def to_dict(self) -> dict:
