@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic.base import RedirectView
 
 from router import api, ops
 
@@ -11,6 +13,8 @@ urlpatterns = [
     path("status", ops.status),
     path("admin/", admin.site.urls),
     path("dashboard/", include("dashboard.urls")),
+    # Browsers ask for /favicon.ico on every page (the admin's too).
+    path("favicon.ico", RedirectView.as_view(url=static("dashboard/favicon.svg"), permanent=True)),
 ]
 
 handler404 = "router.views_errors.not_found"

@@ -196,6 +196,38 @@ HOW_TO_ENABLE = (
 )
 
 
+APPPROXY_OFF = (
+    "AppProxy mode is off on this node: no coordinator is connected, so there are no circuits, "
+    "routes or coordinator events to show."
+)
+
+
+def appproxy_off() -> dict[str, str] | None:
+    """The notice of the Circuits and Events pages while neither AppProxy mode
+    is enabled (None when one is, or the app is absent): an empty table there
+    is otherwise indistinguishable from a coordinator that sent nothing."""
+    if model("Circuit") is None:
+        return None
+    try:
+        from appproxy.config import load_settings
+        from appproxy.router_config import load_router_settings
+    except ImportError:
+        return None
+    try:
+        legacy, router = load_settings(), load_router_settings()
+    except Exception:  # an unparsable section is reported by the pages that read it
+        return None
+    if (legacy is not None and legacy.enabled) or (router is not None and router.enabled):
+        return None
+    return {
+        "message": APPPROXY_OFF,
+        "legacy": "Legacy worker (one wildcard domain per model): set appproxy.enabled: true with "
+        "coordinator_url, api_secret and jwt_secret (as ${ENV_VAR}), authority, hostname and wildcard_domain "
+        "(see docs/appproxy.md).",
+        "router": "ROUTER worker (one /v1 for the cluster): " + HOW_TO_ENABLE,
+    }
+
+
 def router_reading() -> dict[str, Any] | None:
     """What the ROUTER pages read, once per request (None: appproxy absent).
 

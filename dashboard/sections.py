@@ -65,6 +65,7 @@ SECTIONS: dict[str, Section] = {
                 "fallback_chains": selectors.fallback_rows(r.view),
             },
         ),
+        Section("appproxy_off", "AppProxy mode", lambda r: mirror.appproxy_off()),
         Section("circuits", "Circuits and routes", lambda r: mirror.circuit_rows()),
         Section("keys", "API keys", lambda r: selectors.key_rows()),
         Section("recent", "Recent requests", lambda r: recent.recent_requests()),
@@ -87,10 +88,10 @@ PAGES: tuple[Page, ...] = (
     Page("overview", "Overview", ("node", "workers")),
     Page("backends", "Backends", ("backends",)),
     Page("models", "Models", ("models",)),
-    Page("circuits", "Circuits", ("circuits",), needs="Circuit"),
+    Page("circuits", "Circuits", ("appproxy_off", "circuits"), needs="Circuit"),
     Page("keys", "Keys", ("keys",)),
     Page("requests", "Requests", ("recent",)),
-    Page("events", "Events", ("events",), needs="EventRecord"),
+    Page("events", "Events", ("appproxy_off", "events"), needs="EventRecord"),
     Page("publications", "Publications", ("publications", "router"), needs="Publication"),
 )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 
 import orjson
 import pytest
@@ -14,7 +15,8 @@ from dashboard.routing import websocket_app
 from dashboard.sections import PAGES as PAGE_SPECS
 from dashboard.sections import SECTIONS
 from dashboard.selectors import health_label
-from router.revision import current_revision
+from router.models import ConfigDocument
+from router.revision import DOCUMENT, bump_revision, current_revision, touch
 
 from .conftest import PAGES
 
@@ -298,6 +300,9 @@ def test_a_serving_process_shows_its_live_backend_states(staff, mirror, live_run
     assert node["backends_healthy"] == 2 and node["in_flight"] == 1
     html = body["sections"]["backends"]["html"]
     assert "probe failing" in html and "120.0 ms" in html
+    # The open breaker says when its next trial is, in the Breaker column too.
+    trial = re.search(r'data-next-trial="([0-9.]+)">next trial in ', html)
+    assert trial and 0 < float(trial.group(1)) <= cloud.policy.max_cooldown_s
 
 
 def test_the_dashboard_never_creates_runtime_states(staff, mirror, live_runtime):
@@ -359,3 +364,34 @@ def test_health_labels_follow_the_probe_and_the_breaker():
     assert health_label(state, 112.0) == ("healthy", None)
     state.probe_healthy = False
     assert health_label(state, 112.0) == ("probe_failing", None)
+
+
+# -- what a new operator tripped over -----------------------------------------
+def test_the_favicon_is_served(client):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"] == "/static/dashboard/favicon.svg"
+    assert finders.find("dashboard/favicon.svg")
+
+
+def _document(document: dict) -> None:
+    ConfigDocument.objects.update_or_create(pk=1, defaults={"digest": uuid.uuid4().hex, "document": document})
+    touch(DOCUMENT)
+    bump_revision("test: document")
+
+
+def test_circuits_and_events_say_appproxy_mode_is_off_and_how_to_turn_it_on(staff):
+    _document({"api_keys": {"mode": "open"}})
+    for url in ("/dashboard/circuits/", "/dashboard/events/"):
+        page = staff.get(url).content.decode()
+        assert 'id="appproxy-off"' in page, url
+        assert "appproxy.enabled: true" in page and "appproxy_router.enabled: true" in page
+
+
+def test_the_appproxy_off_notice_is_gone_once_a_mode_is_enabled(staff):
+    _document({"appproxy": {
+        "enabled": True, "coordinator_url": "http://127.0.0.1:9", "api_secret": "s", "jwt_secret": "j",
+        "authority": "worker-1", "hostname": "127.0.0.1", "wildcard_domain": "models.example.com",
+    }})
+    page = staff.get("/dashboard/circuits/").content.decode()
+    assert 'id="appproxy-off"' not in page

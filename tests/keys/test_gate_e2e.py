@@ -10,13 +10,16 @@ can be exercised from loopback. Every test issues its own keys with
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from fakes import openai_backend
+from router.redis import sync_client
 from tests.keys.e2e import chat, code, create_key, models, sdk
 from tests.support.routerproc import RouterProc, wait_until
 
@@ -292,3 +295,25 @@ def test_open_mode_needs_no_key_and_ignores_placeholders(openai_backends, router
     assert proc.manage("revokeapikey", "--name", "scoped").returncode == 0
     wait_until(lambda: proc.revision() > before, 10, what="revocation")
     assert chat(proc, scoped, model="m-alias").status_code == 200  # now just anonymous
+
+
+def test_refused_requests_name_their_key_in_the_observation(router):
+    """A 429 (rate limit) and a 403 (client IP) are refusals of an identified
+    key: the Requests page row names it, as an admitted request's row does."""
+    limited, fenced = f"limited-{uuid.uuid4().hex[:6]}", f"fenced-{uuid.uuid4().hex[:6]}"
+    key = create_key(router, "--rate-limit", "1", name=limited)
+    assert chat(router, key).status_code == 200
+    assert code(chat(router, key)) == (429, "rate_limit_exceeded")
+    ip_key = create_key(router, "--ips", "203.0.113.7", name=fenced)
+    assert code(chat(router, ip_key, headers=xff("203.0.113.8"))) == (403, "ip_not_allowed")
+
+    def rows():
+        raw = sync_client().lrange(router.prefix + "recent", 0, -1)
+        return [o for o in map(orjson.loads, raw) if o.get("key") in (limited, fenced)]
+
+    wait_until(lambda: len(rows()) == 3, 20, what="the three observations")
+    seen = sorted((o["key"], o["status"]) for o in rows())
+    assert seen == sorted([(limited, 200), (limited, 429), (fenced, 403)])
+    for o in rows():
+        assert o["key_source"] == "operator" and o["key_id"].startswith("operator:")
+    assert len({o["key_id"] for o in rows()}) == 2

@@ -1,7 +1,8 @@
 """`manage.py runnode`: the whole node in the foreground (what `make run` runs).
 
 Starts, as supervised child processes (router/supervisor.py): the demo
-backends (only with the bundled demo config), the web server (uvicorn by
+backends (each one a backend of the config points at: the bundled demo
+config, or a copy of it), the web server (uvicorn by
 default, or daphne), the tasks process (Celery worker), beat (its scheduler,
 one per node: router/beatlock.py) and the events process (`runworker
 appproxy`, only when the `appproxy` section is enabled).
@@ -22,6 +23,7 @@ import signal
 import sys
 import time
 import uuid
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -31,7 +33,7 @@ from redis.exceptions import RedisError
 from router.config_schema import ConfigError, load
 from router.nodestate import keyspace_heartbeat, write_state
 from router.redis import sync_client
-from router.services import DEMO_CONFIG, resolve_config_path
+from router.services import resolve_config_path
 from router.supervisor import ChildSpec, StartFailure, Supervisor, port_in_use
 
 log = logging.getLogger("router.node")
@@ -44,6 +46,23 @@ DEMO_BACKENDS = [
 WEB_START_WINDOW_S = float(os.environ.get("ROUTER_WEB_START_SECONDS", "60"))
 CHILD_START_WINDOW_S = float(os.environ.get("ROUTER_CHILD_START_SECONDS", "3"))
 KEYSPACE_CHECK_S = 5.0
+
+
+def demo_backends(cfg) -> list[list[str]]:
+    """The demo backends the config points at (by URL: 127.0.0.1 or localhost
+    at a demo port). Copying the demo config to router.yaml, to try blocking
+    keys say, keeps its backends running; a config of one's own that names
+    none starts none."""
+    wanted = set()
+    for backend in cfg.backends:
+        url = urlsplit(backend.url or "")
+        try:
+            port = url.port
+        except ValueError:
+            continue
+        if url.scheme == "http" and url.hostname in {"127.0.0.1", "localhost"} and port is not None:
+            wanted.add(port)
+    return [argv for argv in DEMO_BACKENDS if int(argv[2]) in wanted]
 
 
 class Command(BaseCommand):
@@ -63,7 +82,7 @@ class Command(BaseCommand):
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         host, port = opts["host"], opts["port"]
-        specs = self._specs(path == DEMO_CONFIG, cfg, opts)
+        specs = self._specs(demo_backends(cfg), cfg, opts)
         for spec in specs:
             if spec.listen is not None and port_in_use(*spec.listen):
                 hint = ("is another demo node running? stop it, or run your own config (ROUTER_CONFIG)"
@@ -110,13 +129,12 @@ class Command(BaseCommand):
             node.stop()
         sys.exit(0)
 
-    def _specs(self, demo: bool, cfg, opts) -> list[ChildSpec]:
+    def _specs(self, demo: list[list[str]], cfg, opts) -> list[ChildSpec]:
         py = sys.executable
         host, port = opts["host"], opts["port"]
         specs = []
-        if demo:
-            for argv in DEMO_BACKENDS:
-                specs.append(ChildSpec(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"],
+        for argv in demo:
+            specs.append(ChildSpec(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"],
                                        listen=("127.0.0.1", int(argv[2])), start_window_s=WEB_START_WINDOW_S))
         if opts["server"] == "uvicorn":
             web = [py, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
