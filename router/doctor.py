@@ -86,7 +86,6 @@ class Context:
     raw: dict[str, Any] | None = None  # the YAML as written (templates kept)
     document: RouterFile | None = None  # validated, ${ENV} resolved; None = does not load
     db_ready: bool = False  # reachable and migrated
-    resolve: Callable[..., Any] | None = None  # socket.getaddrinfo unless given
 
 
 # -- the YAML -------------------------------------------------------------------
@@ -151,8 +150,7 @@ def check_config(ctx: Context) -> Iterator[Result]:
 # -- the database -----------------------------------------------------------------
 
 
-def _db_label() -> str:
-    db = settings.DATABASES["default"]
+def _db_label(db: dict[str, Any]) -> str:
     engine = str(db.get("ENGINE", "")).rsplit(".", 1)[-1]
     if engine == "sqlite3":
         return f"sqlite {db.get('NAME')}"
@@ -160,13 +158,14 @@ def _db_label() -> str:
 
 
 def check_database(ctx: Context) -> Iterator[Result]:
-    label = _db_label()
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3") and db.get("NAME") != ":memory:" and not Path(str(db["NAME"])).exists():
-        # Checked before connecting: SQLite would create an empty file.
-        yield fail("db.connection", f"{label} does not exist", "run manage.py migrate (it creates it)")
-        return
     connection = connections["default"]
+    db = connection.settings_dict
+    label = _db_label(db)
+    if connection.vendor == "sqlite" and not connection.creation.is_in_memory_db(db["NAME"]):
+        if not Path(str(db["NAME"])).exists():
+            # Checked before connecting: SQLite would create an empty file.
+            yield fail("db.connection", f"{label} does not exist", "run manage.py migrate (it creates it)")
+            return
     try:
         connection.ensure_connection()
         with connection.cursor() as cursor:
