@@ -121,7 +121,8 @@ def _coordinator(section: str, settings: Any):
 def _row(authority: str) -> WorkerState | None:
     """This node's row (its node id is announced by its tasks process), else
     the newest registered one of the authority, else the newest at all."""
-    row = WorkerState.objects.filter(authority=authority, node_id=node.current()).first() if node.current() else None
+    node_id = node.current()
+    row = WorkerState.objects.filter(authority=authority, node_id=node_id).first() if node_id else None
     rows = WorkerState.objects.filter(authority=authority).order_by("-updated_at")
     return row or rows.exclude(worker_id="").first() or rows.first()
 

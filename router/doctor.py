@@ -195,9 +195,21 @@ def check_database(ctx: Context) -> Iterator[Result]:
 
 def check_redis(ctx: Context) -> Iterator[Result]:
     url = masked_url(settings.REDIS_URL)
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=3, socket_connect_timeout=2)
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=3, socket_connect_timeout=2)
+    except ValueError:
+        yield fail("redis.connection", "REDIS_URL is not a Redis URL", "set REDIS_URL=redis://HOST:6379/0")
+        return
     try:
         client.ping()
+    except redis.AuthenticationError as exc:
+        yield fail(
+            "redis.connection",
+            f"{url}: the password is refused ({type(exc).__name__})",
+            "set REDIS_URL=redis://:PASSWORD@HOST:6379/0 with the server's password",
+        )
+        client.close()
+        return
     except redis.RedisError as exc:
         yield fail(
             "redis.connection",
