@@ -124,7 +124,12 @@ def check_config(ctx: Context) -> Iterator[Result]:
         yield fail("config.yaml", f"{path}: the top level is not a mapping", "make the file a mapping of sections")
         return
     ctx.raw = raw
-    yield ok("config.yaml", f"{path} parses ({len(raw.get('backends') or [])} backends)")
+    demo = (
+        ""
+        if settings.ROUTER_CONFIG or path.name == "router.yaml"
+        else " (the bundled demo: set ROUTER_CONFIG for your own)"
+    )
+    yield ok("config.yaml", f"{path} parses ({len(raw.get('backends') or [])} backends){demo}")
 
     names = sorted(set(_env_names(raw)))
     missing = [n for n in names if n not in os.environ]
@@ -344,7 +349,8 @@ def check_backends(ctx: Context) -> Iterator[Result]:
     with httpx.Client(timeout=timeout, trust_env=False) as client, ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda d: _probe(client, d[2], probe_headers(d[1])), due))
     for (i, spec, url), (status, error, ms) in zip(due, answers, strict=True):
-        name, where = f"backend.{spec.name}", masked_url(url)
+        # Without its query: a provider could carry a key there.
+        name, where = f"backend.{spec.name}", masked_url(url).split("?", 1)[0]
         if status is None or status >= 500:
             why = error if status is None else f"HTTP {status}"
             yield fail(name, f"GET {where}: {why}", f"start the backend or fix backends[{i}].url")
