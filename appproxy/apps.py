@@ -13,7 +13,7 @@ class AppproxyConfig(AppConfig):
         (router.extensions)."""
         # Imported here, not at the top: these import appproxy.models, which
         # Django only allows once every app is loaded, i.e. in ready().
-        from . import router_metrics, router_status
+        from . import doctor, router_metrics, router_status
         from .config import validate_section
         from .models import CIRCUIT, PUBLICATION, WORKER
         from .router_config import validate_router_section
@@ -32,4 +32,5 @@ class AppproxyConfig(AppConfig):
         extensions.register_snapshot_part("worker", router_status.compile_worker, topics=("document", WORKER))
         extensions.register_readiness("appproxy_router", router_status.readiness)
         extensions.register_status_section("appproxy_router", router_status.router_status)
+        extensions.register_doctor_check("appproxy", doctor.check)  # manage.py doctor: coordinator, wildcard
         router_metrics.register()  # /metrics: the ROUTER worker's counts from the node's Redis hash

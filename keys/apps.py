@@ -14,9 +14,11 @@ class KeysConfig(AppConfig):
         """Plug the key gate and the keyring into the data plane (router.extensions)."""
         # Imported here, not at the top: keys.selectors imports keys.models, which
         # Django only allows once every app is loaded, i.e. in ready().
+        from . import doctor
         from .selectors import TOPIC, compile_keyring, update_keyring
 
         extensions.register_gate_factory(gate_for)
         extensions.register_snapshot_part(
             "keyring", lambda _document: compile_keyring(), topics=(TOPIC,), update=update_keyring
         )
+        extensions.register_doctor_check("keys", doctor.check)  # manage.py doctor: a usable key in blocking mode

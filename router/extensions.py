@@ -13,7 +13,9 @@ which Django runs once per process after every app is loaded:
   optionally, how to update its value in place from the changed names;
 - YAML section validators: a top-level section the router keeps raw
   (`appproxy`, `appproxy_router`) is validated by the app that owns it;
-- readiness checks (/readyz) and status sections (/status).
+- readiness checks (/readyz) and status sections (/status);
+- `manage.py doctor` checks (router/doctor.py): an app adds the checks of
+  what it owns (the coordinator, the wildcard domain) next to the core ones.
 
 Invariants: registration happens during app loading only and is idempotent
 (the same name registered again replaces the entry, so a reloaded app never
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 from .core.snapshot import Snapshot
 
 __all__ = [
+    "DoctorCheck",
     "GateFactory",
     "IngressRequest",
     "IngressResolver",
@@ -40,8 +43,10 @@ __all__ = [
     "SectionValidator",
     "SnapshotPart",
     "StatusSection",
+    "doctor_checks",
     "gate_factory",
     "readiness_checks",
+    "register_doctor_check",
     "register_gate_factory",
     "register_readiness",
     "register_section_validator",
@@ -108,6 +113,10 @@ SectionValidator = Callable[[Any], None]
 ReadinessCheck = Callable[[Snapshot], Mapping[str, bool]]
 # One /status section (never a secret).
 StatusSection = Callable[[Snapshot], Any]
+# One `manage.py doctor` check: the doctor's context (router.doctor.Context:
+# the validated YAML, whether the DB is ready, whether to probe) → its
+# results (router.doctor.Result). Never prints a secret's value.
+DoctorCheck = Callable[[Any], Iterable[Any]]
 
 _gate_factory: GateFactory | None = None
 
@@ -126,6 +135,7 @@ _snapshot_parts: dict[str, PartSpec] = {}
 _section_validators: dict[str, SectionValidator] = {}
 _readiness: dict[str, ReadinessCheck] = {}
 _status: dict[str, StatusSection] = {}
+_doctor: dict[str, DoctorCheck] = {}
 
 
 def register_gate_factory(factory: GateFactory) -> None:
@@ -177,3 +187,12 @@ def register_status_section(name: str, section: StatusSection) -> None:
 
 def status_sections() -> Mapping[str, StatusSection]:
     return _status
+
+
+def register_doctor_check(name: str, check: DoctorCheck) -> None:
+    """`name` is the group the check's results are listed under (e.g. "appproxy")."""
+    _doctor[name] = check
+
+
+def doctor_checks() -> Mapping[str, DoctorCheck]:
+    return _doctor
