@@ -193,8 +193,15 @@ def test_the_running_drainer_counts_recorded_observations(settings):
     async def run() -> None:
         task = asyncio.create_task(observe.run_drainer(0.05))
         try:
-            observe.record({"key_id": "operator:7", "key": "seven", "key_source": "operator", "status": 200,
-                            "usage": {"prompt_tokens": 12, "completion_tokens": 34}})
+            observe.record(
+                {
+                    "key_id": "operator:7",
+                    "key": "seven",
+                    "key_source": "operator",
+                    "status": 200,
+                    "usage": {"prompt_tokens": 12, "completion_tokens": 34},
+                }
+            )
             client = aioredis.Redis.from_url(settings.REDIS_URL)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not await client.hget(
@@ -208,3 +215,20 @@ def test_the_running_drainer_counts_recorded_observations(settings):
     asyncio.run(run())
     wait_until(lambda: read_totals().get("operator:7"), 5, what="the drained usage")
     assert read_totals()["operator:7"] == (1, 0, 12, 34)
+
+
+def test_beat_schedules_the_fold_as_a_registered_task():
+    from config.celery import app
+
+    app.loader.import_default_modules()  # what the worker does at start (autodiscovery)
+    entry = app.conf.beat_schedule["keys-fold-usage"]
+    assert entry["task"] in app.tasks
+    assert entry["schedule"] <= 60
+
+
+def test_the_task_folds(settings):
+    from keys.tasks import fold_usage
+
+    push(obs(prompt_tokens=3, completion_tokens=9))
+    assert fold_usage() == {"folded": 1, "released": 1}
+    assert db_totals() == {"operator:1": (1, 0, 3, 9)}
