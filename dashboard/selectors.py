@@ -178,12 +178,20 @@ def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -
     }
 
 
-def key_rows() -> list[dict[str, Any]]:
+def key_usage_day() -> list[key_usage.Usage]:
+    """Per-key totals of the last 24 hour buckets (DB + Redis buffer, keys/usage.py)."""
+    return key_usage.totals(key_usage.window_start(days=1))
+
+
+LAST_USE_DAYS = 30  # the Keys page's "last use" looks this far back
+
+
+def key_rows(day: list[key_usage.Usage] | None = None) -> list[dict[str, Any]]:
     """Masked fields only: never `key_hash`, never a plaintext. Usage columns:
-    the last 24 hour buckets (DB + Redis buffer, keys/usage.py)."""
+    the last 24 hour buckets; last use within LAST_USE_DAYS."""
     now = timezone.now()
-    day = {u.key_ref: u for u in key_usage.totals(key_usage.window_start(days=1))}
-    last = key_usage.last_used()
+    by_ref = {u.key_ref: u for u in (key_usage_day() if day is None else day)}
+    last = key_usage.last_used(since=key_usage.window_start(days=LAST_USE_DAYS))
     fields = (
         "pk",
         "name",
@@ -201,7 +209,7 @@ def key_rows() -> list[dict[str, Any]]:
     rows = []
     for key in key_list().only(*fields):
         ref = record_id(key)
-        used = day.get(ref)
+        used = by_ref.get(ref)
         rows.append(
             {
                 "id": key.pk,
@@ -233,12 +241,12 @@ def key_rows() -> list[dict[str, Any]]:
 TOP_KEYS = 10
 
 
-def top_key_rows(days: int = 1) -> dict[str, Any]:
-    """The keys with the most requests in the last `days` × 24 hour buckets
-    (including keys no longer in the table and the over-the-cap bucket)."""
-    rows = key_usage.totals(key_usage.window_start(days=days))
+def top_key_rows(day: list[key_usage.Usage] | None = None) -> dict[str, Any]:
+    """The keys with the most requests in the last 24 hour buckets (including
+    keys no longer in the table and the over-the-cap bucket)."""
+    rows = key_usage_day() if day is None else day
     return {
-        "days": days,
+        "days": 1,
         "keys": [
             {
                 "ref": u.key_ref,

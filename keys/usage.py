@@ -311,16 +311,21 @@ def totals(start: datetime, key_ref: str | None = None) -> list[Usage]:
     return group(hourly(start, key_ref), "key")
 
 
-def last_used(refs: Iterable[str] | None = None) -> dict[str, datetime]:
-    """Each key's last use ever (DB + buffer)."""
+def last_used(refs: Iterable[str] | None = None, *, since: datetime | None = None) -> dict[str, datetime]:
+    """Each key's last use (DB + buffer), ever or from the hour `since` on."""
     qs = KeyUsage.objects.all()
     if refs is not None:
-        qs = qs.filter(key_ref__in=list(refs))
+        refs = list(refs)
+        qs = qs.filter(key_ref__in=refs)
+    if since is not None:
+        qs = qs.filter(hour__gte=since)
     out: dict[str, datetime] = {
         ref: at for ref, at in qs.values("key_ref").annotate(at=Max("last_used_at")).values_list("key_ref", "at") if at
     }
-    oldest = timezone.now() - timedelta(seconds=buffer.BUFFER_TTL_S)
-    for row in buffered(window_start(since=oldest)):
+    oldest = window_start(since=timezone.now() - timedelta(seconds=buffer.BUFFER_TTL_S))
+    for row in buffered(max(oldest, since) if since else oldest):
+        if refs is not None and row.key_ref not in refs:
+            continue
         if row.last_used_at and (row.key_ref not in out or row.last_used_at > out[row.key_ref]):
             out[row.key_ref] = row.last_used_at
     return out

@@ -26,6 +26,7 @@ the name and source come from the observation.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,7 +34,7 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-KEYS_MAX = 10_000  # distinct keys per hour bucket; settings.ROUTER_USAGE_KEYS_MAX overrides
+KEYS_MAX = 10_000  # distinct keys per hour bucket (keys_max())
 BUFFER_TTL_S = 3 * 86_400  # an unfolded hour waits this long in Redis
 HOUR = 3600
 OVERFLOW = "_overflow"  # the id of every key over the per-hour cap
@@ -67,7 +68,13 @@ def fold_key(hour: int, token: str) -> str:
 
 
 def keys_max() -> int:
-    return int(getattr(settings, "ROUTER_USAGE_KEYS_MAX", KEYS_MAX))
+    """The per-hour cap: the Django setting or the environment variable
+    ROUTER_USAGE_KEYS_MAX, else KEYS_MAX."""
+    value = getattr(settings, "ROUTER_USAGE_KEYS_MAX", None) or os.environ.get("ROUTER_USAGE_KEYS_MAX")
+    try:
+        return max(1, int(value)) if value else KEYS_MAX
+    except ValueError:
+        return KEYS_MAX
 
 
 # KEYS: hour hash, hours index, per-hour id set.

@@ -232,3 +232,52 @@ def test_the_task_folds(settings):
     push(obs(prompt_tokens=3, completion_tokens=9))
     assert fold_usage() == {"folded": 1, "released": 1}
     assert db_totals() == {"operator:1": (1, 0, 3, 9)}
+
+
+def keyusage(*args: str) -> str:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("keyusage", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_keyusage_command_windows_keys_and_grouping():
+    from django.core.management.base import CommandError
+
+    from keys.models import ApiKey
+    from keys.services import key_create
+
+    key, _ = key_create(name="cli-key")
+    ref = f"operator:{key.pk}"
+    push(obs(ref, name="cli-key", prompt_tokens=5, completion_tokens=6), obs("operator:99", name="gone"))
+    push(obs(ref, name="cli-key", status=500, ts=NOW - 2 * 86_400))  # outside --days 1
+    usage.fold()
+    push(obs(ref, name="cli-key", prompt_tokens=1, completion_tokens=1))  # buffered only
+
+    table = keyusage("--days", "1").splitlines()
+    row = next(li for li in table if li.startswith("cli-key "))
+    assert row.split()[1:7] == [ref, "operator", "2", "0", "6", "7"]
+    assert next(li for li in table if li.startswith("TOTAL")).split()[1:5] == ["3", "0", "6", "7"]
+    assert "operator:99" in "\n".join(table)  # a key without a row any more still shows
+
+    three = keyusage("--days", "3", "--key", "cli-key").splitlines()
+    assert [li.split()[1:7] for li in three if li.startswith("cli-key ")] == [[ref, "operator", "3", "1", "6", "7"]]
+    since = datetime.fromtimestamp(NOW - 2 * 86_400, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert keyusage("--since", since, "--key", ref, "--csv") == keyusage("--days", "3", "--key", ref, "--csv")
+    by_day = [li for li in keyusage("--days", "3", "--key", ref, "--by", "day").splitlines() if ref in li]
+    assert len(by_day) == 2  # two UTC days
+    by_hour = keyusage("--days", "3", "--key", ref, "--by", "hour", "--csv").splitlines()
+    assert by_hour[0].startswith("hour_utc,key_ref") and len(by_hour) == 3
+
+    with pytest.raises(CommandError):
+        keyusage("--days", "1", "--since", since)
+    with pytest.raises(CommandError):
+        keyusage("--key", "no-such-key")
+    key_create(name="cli-key")  # two keys of one name: ask for the id
+    with pytest.raises(CommandError, match="names 2 keys"):
+        keyusage("--key", "cli-key")
+    assert ApiKey.objects.filter(name="cli-key").count() == 2
+    assert "No key usage" in keyusage("--since", "2001-01-01", "--key", "operator:12345")
