@@ -4,40 +4,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('keys', '0001_initial'),
+        ("keys", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='UsageFold',
+            name="UsageFold",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=300, unique=True)),
-                ('folded_at', models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=300, unique=True)),
+                ("folded_at", models.DateTimeField(auto_now_add=True, db_index=True)),
             ],
         ),
         migrations.CreateModel(
-            name='KeyUsage',
+            name="KeyUsage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key_ref', models.CharField(max_length=255)),
-                ('source', models.CharField(blank=True, default='', max_length=16)),
-                ('name', models.CharField(blank=True, default='', help_text="The key's name when last seen.", max_length=200)),
-                ('hour', models.DateTimeField(help_text='Start of the UTC hour.')),
-                ('requests', models.PositiveBigIntegerField(default=0)),
-                ('errors', models.PositiveBigIntegerField(default=0, help_text='Answers with status >= 400.')),
-                ('prompt_tokens', models.PositiveBigIntegerField(default=0)),
-                ('completion_tokens', models.PositiveBigIntegerField(default=0)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key_ref", models.CharField(max_length=255)),
+                ("source", models.CharField(blank=True, default="", max_length=16)),
+                (
+                    "name",
+                    models.CharField(
+                        blank=True, default="", help_text="The key's name when last seen.", max_length=200
+                    ),
+                ),
+                ("hour", models.DateTimeField(help_text="Start of the UTC hour.")),
+                ("requests", models.PositiveBigIntegerField(default=0)),
+                ("errors", models.PositiveBigIntegerField(default=0, help_text="Answers with status >= 400.")),
+                ("prompt_tokens", models.PositiveBigIntegerField(default=0)),
+                ("completion_tokens", models.PositiveBigIntegerField(default=0)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'verbose_name': 'key usage',
-                'verbose_name_plural': 'key usage',
-                'ordering': ('-hour', 'key_ref'),
-                'indexes': [models.Index(fields=['hour'], name='keys_keyusage_hour')],
-                'constraints': [models.UniqueConstraint(fields=('key_ref', 'hour'), name='keys_keyusage_key_hour_unique')],
+                "verbose_name": "key usage",
+                "verbose_name_plural": "key usage",
+                "ordering": ("-hour", "key_ref"),
+                "indexes": [models.Index(fields=["hour"], name="keys_keyusage_hour")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("key_ref", "hour"), name="keys_keyusage_key_hour_unique")
+                ],
             },
         ),
     ]
