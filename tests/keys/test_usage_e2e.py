@@ -202,3 +202,10 @@ def test_usage_per_key_equals_what_the_backend_reported(router):
     count(a, out.usage.prompt_tokens, out.usage.completion_tokens)
     wait_until(lambda: page_totals(web, a) == expected[a], 30, what="the new request on the detail page")
     assert keyusage_csv(router) == expected
+
+    # A restart of the web process loses none of it (DB rows + the Redis buffer).
+    router.stop()
+    router.start()
+    assert keyusage_csv(router) == expected
+    shell(router, "import json; from keys.tasks import fold_usage; print(json.dumps(fold_usage()))")
+    assert db_rows(router) == expected
