@@ -39,6 +39,10 @@ class Reading:
     def router(self) -> dict[str, Any] | None:
         return mirror.router_reading()
 
+    @cached_property
+    def key_usage_day(self) -> list[Any]:
+        return selectors.key_usage_day()
+
 
 @dataclass(frozen=True, slots=True)
 class Section:
@@ -67,7 +71,8 @@ SECTIONS: dict[str, Section] = {
         ),
         Section("appproxy_off", "AppProxy mode", lambda r: mirror.appproxy_off()),
         Section("circuits", "Circuits and routes", lambda r: mirror.circuit_rows()),
-        Section("keys", "API keys", lambda r: selectors.key_rows()),
+        Section("keys", "API keys", lambda r: selectors.key_rows(r.key_usage_day)),
+        Section("top_keys", "Top users", lambda r: selectors.top_key_rows(r.key_usage_day)),
         Section("recent", "Recent requests", lambda r: recent.recent_requests()),
         Section("events", "Recent events", lambda r: mirror.event_rows()),
         Section("router", "Router worker", lambda r: mirror.router_worker_data(r.router)),
@@ -89,7 +94,7 @@ PAGES: tuple[Page, ...] = (
     Page("backends", "Backends", ("backends",)),
     Page("models", "Models", ("models",)),
     Page("circuits", "Circuits", ("appproxy_off", "circuits"), needs="Circuit"),
-    Page("keys", "Keys", ("keys",)),
+    Page("keys", "Keys", ("top_keys", "keys")),
     Page("requests", "Requests", ("recent",)),
     Page("events", "Events", ("appproxy_off", "events"), needs="EventRecord"),
     Page("publications", "Publications", ("publications", "router"), needs="Publication"),

@@ -23,7 +23,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from keys.selectors import key_list
+from keys import usage as key_usage
+from keys.selectors import key_list, record_id
 from router.core.backend import masked_url
 from router.core.health import BackendState
 from router.core.snapshot import EMPTY, Snapshot
@@ -177,9 +178,20 @@ def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -
     }
 
 
-def key_rows() -> list[dict[str, Any]]:
-    """Masked fields only: never `key_hash`, never a plaintext."""
+def key_usage_day() -> list[key_usage.Usage]:
+    """Per-key totals of the last 24 hour buckets (DB + Redis buffer, keys/usage.py)."""
+    return key_usage.totals(key_usage.window_start(days=1))
+
+
+LAST_USE_DAYS = 30  # the Keys page's "last use" looks this far back
+
+
+def key_rows(day: list[key_usage.Usage] | None = None) -> list[dict[str, Any]]:
+    """Masked fields only: never `key_hash`, never a plaintext. Usage columns:
+    the last 24 hour buckets; last use within LAST_USE_DAYS."""
     now = timezone.now()
+    by_ref = {u.key_ref: u for u in (key_usage_day() if day is None else day)}
+    last = key_usage.last_used(since=key_usage.window_start(days=LAST_USE_DAYS))
     fields = (
         "pk",
         "name",
@@ -196,9 +208,16 @@ def key_rows() -> list[dict[str, Any]]:
     )
     rows = []
     for key in key_list().only(*fields):
+        ref = record_id(key)
+        used = by_ref.get(ref)
         rows.append(
             {
                 "id": key.pk,
+                "ref": ref,
+                "requests_24h": used.requests if used else 0,
+                "tokens_24h": used.tokens if used else 0,
+                "errors_24h": used.errors if used else 0,
+                "last_used_at": iso(last.get(ref)),
                 "name": key.name,
                 "owner": key.owner,
                 "source": key.source,
@@ -217,3 +236,31 @@ def key_rows() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+TOP_KEYS = 10
+
+
+def top_key_rows(day: list[key_usage.Usage] | None = None) -> dict[str, Any]:
+    """The keys with the most requests in the last 24 hour buckets (including
+    keys no longer in the table and the over-the-cap bucket)."""
+    rows = key_usage_day() if day is None else day
+    return {
+        "days": 1,
+        "keys": [
+            {
+                "ref": u.key_ref,
+                "name": u.name,
+                "source": u.source,
+                "requests": u.requests,
+                "errors": u.errors,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "tokens": u.tokens,
+                "last_used_at": iso(u.last_used_at),
+            }
+            for u in rows[:TOP_KEYS]
+        ],
+        "total_requests": sum(u.requests for u in rows),
+        "total_tokens": sum(u.tokens for u in rows),
+    }

@@ -77,3 +77,42 @@ class ApiKey(models.Model):
         return (
             f"<ApiKey {self.pk} {self.name!r} {self.source} {self.display_hint}{state}>"
         )
+
+
+class KeyUsage(models.Model):
+    """One key's usage in one UTC hour, folded from the router's Redis buffer
+    (router/usage.py) by keys.tasks.fold_usage. `key_ref` is the key record's
+    id ("operator:<pk>" | "coordinator:<key_id>"), kept as a string so the
+    history outlives the key row."""
+
+    key_ref = models.CharField(max_length=255)
+    source = models.CharField(max_length=16, blank=True, default="")
+    name = models.CharField(max_length=200, blank=True, default="", help_text="The key's name when last seen.")
+    hour = models.DateTimeField(help_text="Start of the UTC hour.")
+    requests = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0, help_text="Answers with status >= 400.")
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-hour", "key_ref")
+        verbose_name = "key usage"
+        verbose_name_plural = "key usage"
+        constraints = (models.UniqueConstraint(fields=("key_ref", "hour"), name="keys_keyusage_key_hour_unique"),)
+        indexes = (models.Index(fields=("hour",), name="keys_keyusage_hour"),)
+
+    def __str__(self) -> str:
+        return f"{self.name or self.key_ref} @ {self.hour:%Y-%m-%d %H}:00 UTC"
+
+
+class UsageFold(models.Model):
+    """A Redis buffer hash already folded into KeyUsage (its claimed name),
+    written in the fold's transaction: a fold that died after its commit but
+    before deleting the hash never counts it twice."""
+
+    name = models.CharField(max_length=300, unique=True)
+    folded_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -26,6 +26,7 @@ import orjson
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
+from . import usage as key_usage
 from .redis import async_client
 
 log = logging.getLogger("router.requests")
@@ -166,6 +167,7 @@ async def run_drainer(interval: float = 0.25) -> None:
             key = recent_key()
             pipe.lpush(key, *[orjson.dumps(o, default=str) for o in items[-RECENT_MAX:]])
             pipe.ltrim(key, 0, RECENT_MAX - 1)
+            key_usage.add(pipe, items)  # per-key usage buffer (router/usage.py)
             await pipe.execute()
         except Exception:
             pass
