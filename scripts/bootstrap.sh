@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets the project up on first use, idempotently: virtualenv, pinned
-# dependencies, a local Redis if none answers at REDIS_URL, DB migrations.
+# dependencies, a local Redis if none answers at REDIS_URL, DB migrations;
+# in dev mode also Debian's chromium for the browser tests (tests/browser).
 #   scripts/bootstrap.sh [dev]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ fi
 stamp="var/.deps-$(cat requirements.txt "$REQ" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "bootstrap: installing $REQ"
+  export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1  # the browser is Debian's chromium, never a download
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV/bin/python" -m pip install -q -r "$REQ"
   touch "$stamp"
@@ -51,6 +53,19 @@ then
     redis-cli -p "$port" ping >/dev/null 2>&1 && break
     sleep 0.1
   done
+fi
+
+# The browser tests drive Debian's chromium at /usr/bin/chromium (Playwright
+# downloads no browser). Without it they fail, saying so.
+CHROMIUM=/usr/bin/chromium
+if [ "${1:-}" = "dev" ] && [ ! -x "$CHROMIUM" ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "bootstrap: installing chromium (for the browser tests)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "bootstrap: $CHROMIUM is missing: the browser tests (tests/browser) will fail;" \
+      "install Debian's chromium (apt-get install chromium, as root)" >&2
+  fi
 fi
 
 "$VENV/bin/python" manage.py migrate --noinput -v0
