@@ -26,6 +26,7 @@ import orjson
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
+from . import timeseries
 from .redis import async_client
 
 log = logging.getLogger("router.requests")
@@ -149,6 +150,7 @@ async def run_drainer(interval: float = 0.25) -> None:
         items = drain()
         if not items:
             continue
+        batch = timeseries.aggregate(items)  # reads "label" before _emit pops it
         stored = []
         for i, obs in enumerate(items):
             if i and not i % SLICE:
@@ -166,6 +168,7 @@ async def run_drainer(interval: float = 0.25) -> None:
             key = recent_key()
             pipe.lpush(key, *[orjson.dumps(o, default=str) for o in items[-RECENT_MAX:]])
             pipe.ltrim(key, 0, RECENT_MAX - 1)
+            timeseries.add(pipe, batch)
             await pipe.execute()
         except Exception:
             pass
