@@ -85,6 +85,7 @@ class Page:
 
 PAGES: tuple[Page, ...] = (
     Page("overview", "Overview", ("node", "workers")),
+    Page("charts", "Charts", ()),  # plots, not live sections: views.charts_page
     Page("backends", "Backends", ("backends",)),
     Page("models", "Models", ("models",)),
     Page("circuits", "Circuits", ("circuits",), needs="Circuit"),

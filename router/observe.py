@@ -150,13 +150,14 @@ async def run_drainer(interval: float = 0.25) -> None:
         items = drain()
         if not items:
             continue
-        batch = timeseries.aggregate(items)  # reads "label" before _emit pops it
+        batch = timeseries.Aggregate()  # request aggregates for the plots
         stored = []
         for i, obs in enumerate(items):
             if i and not i % SLICE:
                 await asyncio.sleep(0)  # let the requests in flight run
             try:
                 obs = bounded(obs)
+                batch.add(obs)  # before _emit pops "label"; never raises
                 _emit(obs)
             except Exception:  # bookkeeping must never take the process down
                 logging.getLogger(__name__).exception("observation not emitted")

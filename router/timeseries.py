@@ -1,8 +1,8 @@
 """Time-bucketed request aggregates for the dashboard's plots (issue 11).
 
-Written by the observation drainer, never by a request: `aggregate(items)`
+Written by the observation drainer, never by a request: an `Aggregate`
 folds one drained batch into integer counters in Python, and `add(pipe,
-batch)` queues one HINCRBY per (hash, field) that the batch touched plus
+aggregate)` queues one HINCRBY per (hash, field) that the batch touched plus
 one EXPIRE per hash on the drainer's existing pipeline (same round trip).
 
 Layout: one Redis hash per (resolution, bucket start, dimension, family)
@@ -126,45 +126,62 @@ def _family(code: str) -> str:
     return code[0] if code[0] in "lf" else "n"
 
 
-def aggregate(items: Iterable[Mapping[str, Any]]) -> Batch:
-    """Fold drained observations (with their `label`) into per-bucket counts.
-    Never raises: a malformed observation is skipped. The per-observation
-    work is one tuple and a few dict increments (the drainer runs on the
-    serving event loop); values are capped and expanded per distinct
-    (minute, model, backend) afterwards."""
-    combos: dict[tuple[int, object, object], Counts] = {}
-    for obs in items:
+class Aggregate:
+    """One drained batch being folded, an observation at a time (the drainer
+    calls `add` inside its sliced loop, before `_emit` pops `label`). The
+    per-observation work is one tuple and a few dict increments; values are
+    capped and expanded per distinct (minute, model, backend) in `batch()`."""
+
+    __slots__ = ("combos",)
+
+    def __init__(self) -> None:
+        self.combos: dict[tuple[int, object, object], Counts] = {}
+
+    def add(self, obs: Mapping[str, Any]) -> None:
+        """Never raises: a malformed observation is skipped."""
         try:
             ts = obs.get("ts")
             minute = int((ts if isinstance(ts, int | float) else time.time()) // MINUTE) * MINUTE
             combo = (minute, obs.get("label"), obs.get("provider"))
-            counts = combos.get(combo)
+            counts = self.combos.get(combo)
             if counts is None:
-                counts = combos[combo] = {}
+                counts = self.combos[combo] = {}
             for code, n in _codes(obs).items():
                 counts[code] = counts.get(code, 0) + n
         except Exception:  # bookkeeping never takes the drainer down
             log.exception("observation not aggregated")
-    batch: Batch = {}
-    node = settings.ROUTER_NODE_ID
-    for (minute, label, provider), counts in combos.items():
-        rollup = minute // ROLLUP * ROLLUP
-        values = (
-            ("node", _admit(rollup, "node", node)),
-            ("model", _admit(rollup, "model", label)),
-            ("backend", _admit(rollup, "backend", provider)),
-        )
-        for res, bucket in ((MINUTE, minute), (ROLLUP, rollup)):
-            for dim, value in values:
-                for code, n in counts.items():
-                    into = batch.setdefault((res, bucket, dim, _family(code)), {})
-                    field = f"{value}|{code}"
-                    into[field] = into.get(field, 0) + n
-    return batch
+
+    def batch(self) -> Batch:
+        batch: Batch = {}
+        node = settings.ROUTER_NODE_ID
+        for (minute, label, provider), counts in self.combos.items():
+            rollup = minute // ROLLUP * ROLLUP
+            values = (
+                ("node", _admit(rollup, "node", node)),
+                ("model", _admit(rollup, "model", label)),
+                ("backend", _admit(rollup, "backend", provider)),
+            )
+            for res, bucket in ((MINUTE, minute), (ROLLUP, rollup)):
+                for dim, value in values:
+                    for code, n in counts.items():
+                        into = batch.setdefault((res, bucket, dim, _family(code)), {})
+                        field = f"{value}|{code}"
+                        into[field] = into.get(field, 0) + n
+        return batch
 
 
-def add(pipe: Any, batch: Batch) -> None:
+def aggregate(items: Iterable[Mapping[str, Any]]) -> Batch:
+    """Fold observations (with their `label`) into per-bucket counts."""
+    acc = Aggregate()
+    for obs in items:
+        acc.add(obs)
+    return acc.batch()
+
+
+def add(pipe: Any, batch: Batch | Aggregate) -> None:
     """Queue the batch's increments and TTLs on a (sync or async) pipeline."""
+    if isinstance(batch, Aggregate):
+        batch = batch.batch()
     ttls = dict(RESOLUTIONS)
     for (res, bucket, dim, family), counts in batch.items():
         name = key(res, bucket, dim, family)
@@ -301,9 +318,8 @@ def series(
         rows = [{v: c for v, c in row.items() if v == wanted[dim]} for row in rows]
 
     # Groups: one per value (top by volume, the rest summed into `other`) or all.
-    if by is None:
-        groups = {"": None}
-    else:
+    groups: list[str] = [""]
+    if by is not None:
         volume: dict[str, int] = defaultdict(int)
         for row in rows:
             for value, counts in row.items():
@@ -311,14 +327,12 @@ def series(
         ranked = sorted((v for v in volume if volume[v] > 0 and v != OTHER), key=lambda v: (-volume[v], v))
         overflow = volume.get(OTHER, 0) > 0
         keep = ranked if len(ranked) + overflow <= top else ranked[: top - 1]
-        groups = {v: v for v in keep}
-        if overflow or len(keep) < len(ranked):
-            groups[OTHER] = OTHER  # drawn last: the cap's overflow and the values not drawn
+        groups = [*keep, OTHER] if overflow or len(keep) < len(ranked) else keep  # `other` drawn last
     columns: dict[str, list[float | None]] = {}
     for i, row in enumerate(rows):
         merged: dict[str, Counts] = {g: {} for g in groups}
         for value, counts in row.items():
-            group = "" if by is None else (value if value in groups else OTHER)
+            group = "" if by is None else (value if value in merged else OTHER)
             if group in merged:
                 _merge(merged[group], counts)
         for group, counts in merged.items():

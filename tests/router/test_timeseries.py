@@ -14,7 +14,6 @@ from django.conf import settings as django_settings
 
 from router import observe, timeseries
 from router.redis import sync_client
-from tests.support.routerproc import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +42,7 @@ def requests_in_redis() -> int:
 def drain_through(*observations: dict, timeout: float = 60.0) -> list[dict]:
     """Record observations as the request path does and run the real drainer
     until Redis counts all of them (plus any counted before)."""
+    observe.drain()  # only these: drop what other code of this process recorded
     before = requests_in_redis()
     for obs in observations:
         observe.record(obs)
@@ -65,8 +65,16 @@ def drain_through(*observations: dict, timeout: float = 60.0) -> list[dict]:
 
 
 def obs(label="chat", provider="a", status=200, latency_ms=120.0, ttft_ms=None, usage=None, **extra):
-    return {"label": label, "provider": provider, "status": status, "latency_ms": latency_ms,
-            "ttft_ms": ttft_ms, "usage": usage, "path": "openai", **extra}
+    return {
+        "label": label,
+        "provider": provider,
+        "status": status,
+        "latency_ms": latency_ms,
+        "ttft_ms": ttft_ms,
+        "usage": usage,
+        "path": "openai",
+        **extra,
+    }
 
 
 def hash_of(res: int, bucket: int, dim: str) -> dict[str, int]:
@@ -197,8 +205,9 @@ def test_caps_hold_under_ten_thousand_distinct_values():
     most VALUE_CAP values plus `other`, every request is still counted, and a
     breakdown draws at most TOP series."""
     n = 10_000
-    drain_through(*[obs(f"model-{i}", f"backend-{i}", 200, 50.0, usage={"completion_tokens": 1}) for i in range(n)],
-                  timeout=120)
+    drain_through(
+        *[obs(f"model-{i}", f"backend-{i}", 200, 50.0, usage={"completion_tokens": 1}) for i in range(n)], timeout=120
+    )
     client = sync_client()
     for dim in ("model", "backend"):
         for name in client.scan_iter(match=f"{django_settings.ROUTER_REDIS_PREFIX}ts:*:{dim}:*"):
@@ -228,5 +237,5 @@ def test_an_empty_window_has_all_buckets_and_no_points():
     result = timeseries.series("latency", "1h")
     assert len(result["t"]) == 60
     assert all(v is None for s in result["series"] for v in s["values"])
-    assert [b - a for a, b in zip(result["t"], result["t"][1:])] == [60] * 59
+    assert [b - a for a, b in zip(result["t"], result["t"][1:], strict=False)] == [60] * 59
     assert result["t"][-1] <= time.time() < result["t"][-1] + 120
