@@ -36,6 +36,9 @@ CHARTS = (
     Chart("latency", "Latency", "time to the last byte, p50 / p95 / p99 (per value: p95)"),
     Chart("ttft", "Time to first token", "streamed requests only, p50 / p95 / p99 (per value: p95)"),
     Chart("tokens", "Output tokens/s", "completion tokens the backends reported, per second"),
+    Chart(
+        "speed", "Generation speed", "output tokens per second of producing them (after the first token if streamed)"
+    ),
 )
 METRICS = {c.metric for c in CHARTS}
 

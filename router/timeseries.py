@@ -198,6 +198,7 @@ METRICS = {
     "latency": "ms",
     "ttft": "ms",
     "tokens": "tokens/s",
+    "speed": "tokens/s",
 }
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 
@@ -223,7 +224,7 @@ def percentile(hist: Mapping[int, int], q: float) -> float | None:
     return float(EDGES_MS[-1])
 
 
-FAMILY = {"requests": "n", "errors": "n", "tokens": "n", "latency": "l", "ttft": "f"}
+FAMILY = {"requests": "n", "errors": "n", "tokens": "n", "speed": "n", "latency": "l", "ttft": "f"}
 
 
 def read_buckets(client: Any, res: int, buckets: list[int], dim: str, family: str) -> list[dict[str, Counts]]:
@@ -244,7 +245,7 @@ def read_buckets(client: Any, res: int, buckets: list[int], dim: str, family: st
 def _weight(metric: str, counts: Counts) -> int:
     if metric in ("latency", "ttft"):
         return sum(counts.values())  # the histogram's samples
-    if metric == "tokens":
+    if metric in ("tokens", "speed"):
         return counts.get("to", 0)
     if metric == "errors":
         return counts.get("s4", 0) + counts.get("s5", 0)
@@ -271,6 +272,9 @@ def _points(metric: str, counts: Counts, res: int, split: bool) -> dict[str, flo
         return {"4xx": counts.get("s4", 0) / res, "5xx": counts.get("s5", 0) / res}
     if metric == "tokens":
         return {"": counts.get("to", 0) / res}
+    if metric == "speed":  # output tokens per second spent producing them
+        spent = counts.get("tm", 0)
+        return {"": counts.get("to", 0) * 1000 / spent if spent else None}
     hist = _hist(counts, "l" if metric == "latency" else "f")
     if not split:
         return {"p95": percentile(hist, 0.95)}

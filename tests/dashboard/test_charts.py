@@ -19,7 +19,7 @@ from tests.support.routerproc import PY, ROOT, wait_until
 
 pytestmark = pytest.mark.django_db
 
-METRICS = ("requests", "errors", "latency", "ttft", "tokens")
+METRICS = ("requests", "errors", "latency", "ttft", "tokens", "speed")
 
 
 def test_anonymous_and_non_staff_are_refused(client):

@@ -168,6 +168,23 @@ def test_reader_rates_totals_breakdowns_and_filter():
     assert sum(round(v * 60) for v in minute) == 5
 
 
+def test_generation_speed_is_output_tokens_over_the_time_spent_on_them():
+    """Speed = output tokens ÷ (latency − TTFT when streamed, else latency)."""
+    drain_through(
+        obs("chat", "a", 200, 900.0, ttft_ms=300.0, usage={"completion_tokens": 20}),  # 600 ms of tokens
+        obs("chat", "b", 200, 120.0, usage={"completion_tokens": 7}),  # 120 ms
+        obs("chat", "b", 200, 50.0),  # no tokens: not part of the speed
+    )
+    speed = timeseries.series("speed", "24h")
+    points = [v for v in speed["series"][0]["values"] if v is not None]
+    if len(points) != 1:
+        pytest.skip("the sample straddled a 5-minute boundary")
+    assert points[0] == pytest.approx(27 * 1000 / 720, abs=1e-3) and speed["unit"] == "tokens/s"
+    per_backend = timeseries.series("speed", "15m", by="backend")
+    by_label = {s["label"]: [v for v in s["values"] if v is not None] for s in per_backend["series"]}
+    assert by_label == {"a": [pytest.approx(20 * 1000 / 600, abs=1e-3)], "b": [pytest.approx(7 * 1000 / 120, abs=1e-3)]}
+
+
 def test_latency_and_ttft_percentiles_are_within_their_bin():
     """p50/p95/p99 estimated from the bins lie in the bin of the exact quantile."""
     rng = random.Random(11)
