@@ -91,6 +91,7 @@ class Page:
 
 PAGES: tuple[Page, ...] = (
     Page("overview", "Overview", ("node", "workers")),
+    Page("charts", "Charts", ()),  # plots, not live sections: views.charts_page
     Page("backends", "Backends", ("backends",)),
     Page("models", "Models", ("models",)),
     Page("circuits", "Circuits", ("appproxy_off", "circuits"), needs="Circuit"),

@@ -11,5 +11,6 @@ urlpatterns = [
     path("keys/<path:ref>/usage.json", key_usage.key_usage_json, name="key_usage_json"),
     path("keys/<path:ref>/usage.csv", key_usage.key_usage_csv, name="key_usage_ref_csv"),
     path("keys/<path:ref>/", key_usage.key_detail, name="key_usage"),
+    path("charts/<slug:metric>.json", views.chart_json, name="chart"),
     *[path(f"{slug}/", view, name=slug) for slug, view in views.PAGE_VIEWS.items() if slug != "overview"],
 ]

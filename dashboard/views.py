@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import orjson
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from redis.exceptions import RedisError
 
-from . import mirror
+from . import charts, mirror
 from .sections import PAGES, SECTIONS, Page, Reading, render_sections
 from .selectors import iso
 
@@ -60,6 +61,33 @@ def _view(page: Page):
 
 
 PAGE_VIEWS = {page.slug: _view(page) for page in PAGES}
+
+
+@staff_member_required
+@never_cache
+def charts_page(request: HttpRequest) -> HttpResponse:
+    """Plots of the router's time-bucketed aggregates (dashboard.charts)."""
+    page = next(p for p in PAGES if p.slug == "charts")
+    context = {"page": page, "nav": _nav(), "poll_ms": POLL_MS, **charts.page_context(request.GET)}
+    return render(request, "dashboard/charts.html", context)
+
+
+@staff_member_required
+@never_cache
+def chart_json(request: HttpRequest, metric: str) -> HttpResponse:
+    """`/dashboard/charts/<metric>.json?window=15m|1h|24h&by=node|model|backend`."""
+    try:
+        body = charts.chart_data(metric, request.GET)
+    except LookupError:
+        raise Http404("unknown metric") from None
+    except ValueError as exc:
+        return HttpResponse(orjson.dumps({"error": str(exc)}), status=400, content_type="application/json")
+    except RedisError:
+        return HttpResponse(orjson.dumps({"error": "redis unavailable"}), status=503, content_type="application/json")
+    return HttpResponse(orjson.dumps(body), content_type="application/json")
+
+
+PAGE_VIEWS["charts"] = charts_page
 
 
 @staff_member_required

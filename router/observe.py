@@ -26,6 +26,7 @@ import orjson
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
+from . import timeseries
 from . import usage as key_usage
 from .redis import async_client
 
@@ -150,12 +151,14 @@ async def run_drainer(interval: float = 0.25) -> None:
         items = drain()
         if not items:
             continue
+        batch = timeseries.Aggregate()  # request aggregates for the plots
         stored = []
         for i, obs in enumerate(items):
             if i and not i % SLICE:
                 await asyncio.sleep(0)  # let the requests in flight run
             try:
                 obs = bounded(obs)
+                batch.add(obs)  # before _emit pops "label"; never raises
                 _emit(obs)
             except Exception:  # bookkeeping must never take the process down
                 logging.getLogger(__name__).exception("observation not emitted")
@@ -168,6 +171,7 @@ async def run_drainer(interval: float = 0.25) -> None:
             pipe.lpush(key, *[orjson.dumps(o, default=str) for o in items[-RECENT_MAX:]])
             pipe.ltrim(key, 0, RECENT_MAX - 1)
             key_usage.add(pipe, items)  # per-key usage buffer (router/usage.py)
+            timeseries.add(pipe, batch)  # per-minute plot aggregates (router/timeseries.py)
             await pipe.execute()
         except Exception:
             pass

@@ -1,0 +1,359 @@
+"""Time-bucketed request aggregates for the dashboard's plots (issue 11).
+
+Written by the observation drainer, never by a request: an `Aggregate`
+folds one drained batch into integer counters in Python, and `add(pipe,
+aggregate)` queues one HINCRBY per (hash, field) that the batch touched plus
+one EXPIRE per hash on the drainer's existing pipeline (same round trip).
+
+Layout: one Redis hash per (resolution, bucket start, dimension, family)
+
+    <prefix>ts:<res>:<bucket epoch s>:<dim>:<family>   field "<value>|<code>"
+
+`res` is 60 s (kept MINUTE_TTL) and 300 s (kept ROLLUP_TTL, ~25 h); `dim`
+is `node`, `model` or `backend` (the totals are the sum over nodes). Family
+`n`: `s2`…`s5`/`s0` requests by status class, `ti`/`to` tokens in/out,
+`tm` milliseconds spent producing the output tokens; family `l` / `f`:
+latency / TTFT histogram bins `l<i>` / `f<i>` over the fixed EDGES_MS. A
+plot reads one family of one dimension (the families are apart so a rate
+plot never parses histogram fields).
+
+Cardinality: model values are the bounded metric label (router.observe),
+backend values operator names, node values node ids; on top of that each
+process admits at most VALUE_CAP distinct values per dimension per
+5-minute bucket and counts the rest as `other`, so a hash holds at most
+VALUE_CAP × writers values × a fixed set of codes, and every key expires.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+DIMS = ("node", "model", "backend")
+MINUTE, ROLLUP = 60, 300
+MINUTE_TTL = 3 * 3600  # the 15 min and 1 h windows read minutes
+ROLLUP_TTL = 25 * 3600  # the 24 h window reads 5-minute rollups
+RESOLUTIONS = ((MINUTE, MINUTE_TTL), (ROLLUP, ROLLUP_TTL))
+WINDOWS = {"15m": (MINUTE, 15), "1h": (MINUTE, 60), "24h": (ROLLUP, 288)}
+VALUE_CAP = 20  # distinct values per dimension, 5-minute bucket and process
+VALUE_MAX = 100  # characters of a value
+OTHER = "other"
+TOP = 7  # series drawn; the rest are summed into `other`
+UNKNOWN = "-"
+
+# Histogram bin upper edges (ms), a 1-2-5 ladder; bin i holds EDGES[i-1] < x
+# <= EDGES[i], the last bin everything above 200 s. Percentiles interpolate
+# inside a bin, so they are exact to the bin's width.
+EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000)
+STATUS_CODES = ("s2", "s3", "s4", "s5", "s0")
+
+Counts = dict[str, int]  # "<value>|<code>" → increment
+Batch = dict[tuple[int, int, str, str], Counts]  # (res, bucket, dim, family) → counts
+
+# Values admitted per (prefix, 5-minute bucket, dim) by this process.
+_admitted: dict[tuple[str, int, str], set[str]] = {}
+
+
+def key(res: int, bucket: int, dim: str, family: str) -> str:
+    return f"{settings.ROUTER_REDIS_PREFIX}ts:{res}:{bucket}:{dim}:{family}"
+
+
+def bin_of(ms: float) -> int:
+    return bisect.bisect_left(EDGES_MS, ms)
+
+
+def status_code(status: object) -> str:
+    if isinstance(status, int) and 200 <= status < 600:
+        return f"s{status // 100}"
+    return "s0"
+
+
+def _admit(bucket: int, dim: str, value: object) -> str:
+    text = value[:VALUE_MAX] if isinstance(value, str) and value else UNKNOWN
+    slot = (settings.ROUTER_REDIS_PREFIX, bucket, dim)
+    seen = _admitted.get(slot)
+    if seen is None:
+        for old in [k for k in _admitted if k[1] < bucket - ROLLUP]:
+            del _admitted[old]
+        seen = _admitted[slot] = set()
+    if text in seen:
+        return text
+    if len(seen) >= VALUE_CAP:
+        return OTHER
+    seen.add(text)
+    return text
+
+
+def _tokens(usage: object) -> tuple[int, int]:
+    if not isinstance(usage, dict):
+        return 0, 0
+    found = []
+    for names in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
+        value = next((usage[n] for n in names if isinstance(usage.get(n), int)), 0)
+        found.append(max(value, 0))
+    return found[0], found[1]
+
+
+def _codes(obs: Mapping[str, Any]) -> Counts:
+    codes: Counts = {status_code(obs.get("status")): 1}
+    latency = obs.get("latency_ms")
+    if isinstance(latency, int | float):
+        codes[f"l{bin_of(latency)}"] = 1
+    ttft = obs.get("ttft_ms")
+    if isinstance(ttft, int | float):
+        codes[f"f{bin_of(ttft)}"] = 1
+    tokens_in, tokens_out = _tokens(obs.get("usage"))
+    if tokens_in:
+        codes["ti"] = tokens_in
+    if tokens_out:
+        codes["to"] = tokens_out
+        if isinstance(latency, int | float):
+            spent = latency - ttft if isinstance(ttft, int | float) else latency
+            codes["tm"] = max(round(spent), 1)
+    return codes
+
+
+def _family(code: str) -> str:
+    return code[0] if code[0] in "lf" else "n"
+
+
+class Aggregate:
+    """One drained batch being folded, an observation at a time (the drainer
+    calls `add` inside its sliced loop, before `_emit` pops `label`). The
+    per-observation work is one tuple and a few dict increments; values are
+    capped and expanded per distinct (minute, model, backend) in `batch()`."""
+
+    __slots__ = ("combos",)
+
+    def __init__(self) -> None:
+        self.combos: dict[tuple[int, object, object], Counts] = {}
+
+    def add(self, obs: Mapping[str, Any]) -> None:
+        """Never raises: a malformed observation is skipped."""
+        try:
+            ts = obs.get("ts")
+            minute = int((ts if isinstance(ts, int | float) else time.time()) // MINUTE) * MINUTE
+            combo = (minute, obs.get("label"), obs.get("provider"))
+            counts = self.combos.get(combo)
+            if counts is None:
+                counts = self.combos[combo] = {}
+            for code, n in _codes(obs).items():
+                counts[code] = counts.get(code, 0) + n
+        except Exception:  # bookkeeping never takes the drainer down
+            log.exception("observation not aggregated")
+
+    def batch(self) -> Batch:
+        batch: Batch = {}
+        node = settings.ROUTER_NODE_ID
+        for (minute, label, provider), counts in self.combos.items():
+            rollup = minute // ROLLUP * ROLLUP
+            values = (
+                ("node", _admit(rollup, "node", node)),
+                ("model", _admit(rollup, "model", label)),
+                ("backend", _admit(rollup, "backend", provider)),
+            )
+            for res, bucket in ((MINUTE, minute), (ROLLUP, rollup)):
+                for dim, value in values:
+                    for code, n in counts.items():
+                        into = batch.setdefault((res, bucket, dim, _family(code)), {})
+                        field = f"{value}|{code}"
+                        into[field] = into.get(field, 0) + n
+        return batch
+
+
+def aggregate(items: Iterable[Mapping[str, Any]]) -> Batch:
+    """Fold observations (with their `label`) into per-bucket counts."""
+    acc = Aggregate()
+    for obs in items:
+        acc.add(obs)
+    return acc.batch()
+
+
+def add(pipe: Any, batch: Batch | Aggregate) -> None:
+    """Queue the batch's increments and TTLs on a (sync or async) pipeline."""
+    if isinstance(batch, Aggregate):
+        batch = batch.batch()
+    ttls = dict(RESOLUTIONS)
+    for (res, bucket, dim, family), counts in batch.items():
+        name = key(res, bucket, dim, family)
+        for field, n in counts.items():
+            pipe.hincrby(name, field, n)
+        pipe.expire(name, ttls[res])
+
+
+# -- reading -------------------------------------------------------------------
+
+METRICS = {
+    "requests": "req/s",
+    "errors": "req/s",
+    "latency": "ms",
+    "ttft": "ms",
+    "tokens": "tokens/s",
+    "speed": "tokens/s",
+}
+PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+
+
+def percentile(hist: Mapping[int, int], q: float) -> float | None:
+    """The q-quantile of a binned sample, interpolated linearly in its bin
+    (the overflow bin reports its lower edge)."""
+    total = sum(hist.values())
+    if total <= 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i in sorted(hist):
+        n = hist[i]
+        if n <= 0:
+            continue
+        if seen + n >= rank:
+            lo = EDGES_MS[i - 1] if i > 0 else 0.0
+            if i >= len(EDGES_MS):
+                return float(lo)
+            return lo + (EDGES_MS[i] - lo) * (rank - seen) / n
+        seen += n
+    return float(EDGES_MS[-1])
+
+
+FAMILY = {"requests": "n", "errors": "n", "tokens": "n", "speed": "n", "latency": "l", "ttft": "f"}
+
+
+def read_buckets(client: Any, res: int, buckets: list[int], dim: str, family: str) -> list[dict[str, Counts]]:
+    """Per bucket: {value: {code: count}} (one pipelined HGETALL per bucket)."""
+    pipe = client.pipeline(transaction=False)
+    for bucket in buckets:
+        pipe.hgetall(key(res, bucket, dim, family))
+    out: list[dict[str, Counts]] = []
+    for raw in pipe.execute():
+        values: dict[str, Counts] = defaultdict(dict)
+        for field, n in raw.items():
+            value, _, code = field.decode().rpartition("|")
+            values[value][code] = int(n)
+        out.append(values)
+    return out
+
+
+def _weight(metric: str, counts: Counts) -> int:
+    if metric in ("latency", "ttft"):
+        return sum(counts.values())  # the histogram's samples
+    if metric in ("tokens", "speed"):
+        return counts.get("to", 0)
+    if metric == "errors":
+        return counts.get("s4", 0) + counts.get("s5", 0)
+    return sum(counts.get(c, 0) for c in STATUS_CODES)
+
+
+def _merge(into: Counts, counts: Counts) -> None:
+    for code, n in counts.items():
+        into[code] = into.get(code, 0) + n
+
+
+def _hist(counts: Counts, prefix: str) -> dict[int, int]:
+    return {int(c[1:]): n for c, n in counts.items() if c[0] == prefix and c[1:].isdigit()}
+
+
+def _points(metric: str, counts: Counts, res: int, split: bool) -> dict[str, float | None]:
+    """The plotted values of one group in one bucket, by series suffix: the
+    totals split by status class / percentile, or one value per group."""
+    if metric == "requests":
+        return {"": _weight(metric, counts) / res}
+    if metric == "errors":
+        if not split:
+            return {"": _weight(metric, counts) / res}
+        return {"4xx": counts.get("s4", 0) / res, "5xx": counts.get("s5", 0) / res}
+    if metric == "tokens":
+        return {"": counts.get("to", 0) / res}
+    if metric == "speed":  # output tokens per second spent producing them
+        spent = counts.get("tm", 0)
+        return {"": counts.get("to", 0) * 1000 / spent if spent else None}
+    hist = _hist(counts, "l" if metric == "latency" else "f")
+    if not split:
+        return {"p95": percentile(hist, 0.95)}
+    return {name: percentile(hist, q) for name, q in PERCENTILES}
+
+
+def series(
+    metric: str,
+    window: str = "1h",
+    by: str | None = None,
+    filter: Mapping[str, str] | None = None,
+    *,
+    client: Any = None,
+    now: float | None = None,
+    top: int = TOP,
+) -> dict[str, Any]:
+    """{"t", "series": [{"label", "values", "total"}], "unit", "step"} for the
+    dashboard's plots. Without `by`: one series of the totals (errors split
+    4xx/5xx, latency and TTFT as p50/p95/p99); with `by`: one series per
+    value (errors 4xx+5xx, latency and TTFT p95), the top `top` by volume
+    with the rest summed into `other`. `filter` selects one value of one
+    dimension; with `by` it must name the same dimension (the hashes keep
+    each dimension apart).
+    `total` is the series' count over the window for rates (requests,
+    errors, tokens out), else null."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}")
+    if window not in WINDOWS:
+        raise ValueError(f"unknown window {window!r}")
+    if by is not None and by not in DIMS:
+        raise ValueError(f"unknown breakdown {by!r}")
+    wanted = dict(filter or {})
+    if len(wanted) > 1 or any(d not in DIMS for d in wanted) or (wanted and by and by not in wanted):
+        raise ValueError("filter names one dimension, the breakdown's if there is one")
+    res, n = WINDOWS[window]
+    if client is None:
+        from .redis import sync_client
+
+        client = sync_client()
+    last = int((now if now is not None else time.time()) // res) * res
+    ts = [last - (n - 1 - i) * res for i in range(n)]
+    dim = by or next(iter(wanted), "node")
+    rows = read_buckets(client, res, ts, dim, FAMILY[metric])
+    if wanted:
+        rows = [{v: c for v, c in row.items() if v == wanted[dim]} for row in rows]
+
+    # Groups: one per value (top by volume, the rest summed into `other`) or all.
+    groups: list[str] = [""]
+    if by is not None:
+        volume: dict[str, int] = defaultdict(int)
+        for row in rows:
+            for value, counts in row.items():
+                volume[value] += _weight(metric, counts)
+        ranked = sorted((v for v in volume if volume[v] > 0 and v != OTHER), key=lambda v: (-volume[v], v))
+        overflow = volume.get(OTHER, 0) > 0
+        keep = ranked if len(ranked) + overflow <= top else ranked[: top - 1]
+        groups = [*keep, OTHER] if overflow or len(keep) < len(ranked) else keep  # `other` drawn last
+    columns: dict[str, list[float | None]] = {}
+    for i, row in enumerate(rows):
+        merged: dict[str, Counts] = {g: {} for g in groups}
+        for value, counts in row.items():
+            group = "" if by is None else (value if value in merged else OTHER)
+            if group in merged:
+                _merge(merged[group], counts)
+        for group, counts in merged.items():
+            for suffix, point in _points(metric, counts, res, by is None).items():
+                label = " ".join(p for p in (group, suffix) if p) or metric
+                columns.setdefault(label, [None] * len(rows))[i] = point
+    out = []
+    for label, values in columns.items():
+        rate = metric in ("requests", "errors", "tokens")
+        if rate:
+            values = [0.0 if v is None else v for v in values]
+        total = round(sum(values) * res) if rate else None  # type: ignore[arg-type]
+        out.append({"label": label, "values": [_rounded(v) for v in values], "total": total})
+    return {"t": ts, "series": out, "unit": METRICS[metric], "step": res}
+
+
+def _rounded(value: float | None) -> float | None:
+    if value is None or math.isnan(value):
+        return None
+    return round(value, 4)
