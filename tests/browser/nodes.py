@@ -31,8 +31,9 @@ ADMIN_USER = "admin"
 
 
 def node_config(backends: Mapping[str, ServerThread], model: str = MODEL) -> str:
-    """Blocking mode (every /v1 request needs a key), one model on all backends."""
-    lines = ["api_keys: {mode: blocking}", "backends:"]
+    """Blocking mode (every /v1 request needs a key), one model on all backends,
+    the strategy with the longest name (its Overview tile once clipped it)."""
+    lines = ["api_keys: {mode: blocking}", "selection_strategy: weighted_round_robin", "backends:"]
     lines += [f"  - {{name: {name}, url: '{b.url}', models: [{model}]}}" for name, b in backends.items()]
     return "\n".join(lines) + "\n"
 

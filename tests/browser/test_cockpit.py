@@ -1,0 +1,95 @@
+"""The operator's cockpit in a real browser: plots drawn from requests sent with
+the official SDK, a key's usage rising after its requests, and what a new
+operator tripped over (tiles that clipped, the favicon)."""
+
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+from tests.browser.nodes import MODEL
+from tests.support.routerproc import wait_until
+
+DRAWN_S = 30_000  # ms: the drainer writes every 0.25 s, a plot refreshes every 10 s
+
+
+def _drawn_points(page, selector: str) -> int:
+    chart = page.locator(selector)
+    expect(chart).to_have_attribute("data-state", "drawn", timeout=DRAWN_S)
+    return int(chart.get_attribute("data-points") or 0)
+
+
+def test_the_charts_plot_the_requests_the_sdk_sent(page, node, backends):
+    _, key = node.create_key()
+    with node.client(key) as client:
+        replies = [
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"plot {i}"}])
+            for i in range(4)
+        ]
+        stream = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "plot stream"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert all(r.usage and r.usage.completion_tokens > 0 for r in replies)
+
+    page.goto(node.url + "/dashboard/charts/?window=15m")
+    for name in ("requests", "latency", "tokens"):
+        assert _drawn_points(page, f"#chart-{name}") > 0, name
+    # uPlot draws into a canvas.
+    expect(page.locator("#chart-requests canvas").first).to_be_visible()
+
+    # Broken down per backend, the legend names the backends that served them.
+    page.goto(node.url + "/dashboard/charts/?window=15m&by=backend")
+    assert _drawn_points(page, "#chart-requests") > 0
+    legend = page.locator("#chart-requests .u-legend").text_content() or ""
+    assert any(name in legend for name in backends), legend
+
+
+def test_a_keys_usage_rises_after_its_requests(page, node):
+    name, key = node.create_key()
+    page.goto(node.url + "/dashboard/keys/")
+    row = page.locator("#keys-table tr[data-key-ref]", has_text=name)
+    expect(row).to_have_count(1, timeout=20_000)
+    ref = row.get_attribute("data-key-ref")
+    assert ref and ref.startswith("operator:")
+
+    detail = f"{node.url}/dashboard/keys/{ref}/?days=1"
+    page.goto(detail)
+    expect(page.locator("h1")).to_contain_text(name)
+    assert int(page.locator("#usage-requests").get_attribute("data-value") or 0) == 0
+
+    with node.client(key) as client:
+        replies = [
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"usage {i}"}])
+            for i in range(3)
+        ]
+    prompt = sum(r.usage.prompt_tokens for r in replies)
+    completion = sum(r.usage.completion_tokens for r in replies)
+
+    def totals() -> tuple[int, int, int]:
+        page.goto(detail)
+        return tuple(
+            int(page.locator(sel).get_attribute("data-value") or 0)
+            for sel in ("#usage-requests", "#usage-prompt-tokens", "#usage-completion-tokens")
+        )
+
+    wait_until(lambda: totals() == (3, prompt, completion), 30, interval=1.0, what=f"usage of {name}")
+    assert _drawn_points(page, "#usage-chart") > 0
+
+
+def test_overview_tiles_fit_and_the_favicon_is_served(page, page_log, node):
+    page.goto(node.url + "/dashboard/")
+    tiles = page.locator(".fact")
+    expect(tiles.first).to_be_visible()
+    clipped = page.eval_on_selector_all(
+        ".fact .value",
+        """els => els.filter(e => {
+            const tile = e.closest('.fact').getBoundingClientRect();
+            const text = document.createRange(); text.selectNodeContents(e);
+            return text.getBoundingClientRect().right > tile.right - 1;
+        }).map(e => e.textContent.trim())""",
+    )
+    assert clipped == [], f"tile values wider than their tile: {clipped}"
+    favicon = page.request.get(node.url + "/favicon.ico")
+    assert favicon.ok and favicon.headers["content-type"].startswith("image/svg")
+    # The page's own icon request (a navigation may abort it; it must never be an error status).
+    assert [status for url, status in page_log.responses if "favicon" in url and status >= 400] == []
