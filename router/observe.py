@@ -17,18 +17,24 @@ list) are capped at FIELD_MAX characters and lists at LIST_MAX entries.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import os
 import time
+from bisect import bisect_left
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from django.conf import settings
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, multiprocess
 
 from . import timeseries
 from . import usage as key_usage
 from .redis import async_client
+
+if TYPE_CHECKING:
+    from .core.health import StateTable
 
 log = logging.getLogger("router.requests")
 
@@ -39,23 +45,53 @@ LIST_MAX = 20  # entries of any list an observation keeps
 OTHER = "other"  # the one bucket of model names the snapshot does not publish
 UNADMITTED = "-"  # refused before admission: no client value reaches a label
 
+# Backend names are operator-defined, but in ROUTER mode the coordinator
+# defines them (thousands): a process gives its first MAX_BACKENDS distinct
+# names a label of their own and counts every later one as `other`.
+MAX_BACKENDS = int(os.environ.get("ROUTER_METRICS_MAX_BACKENDS", "200"))
+KEY_SOURCES = frozenset({"operator", "coordinator"})  # else `-` (no key)
+
+# Set (by runnode, for a web server of several workers) before this module
+# is first imported: every process then writes its values to files there and
+# /metrics sums them (router/ops.py). Gauges sum over the live processes.
+MULTIPROC = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+if MULTIPROC:  # a worker that exits leaves its gauges out of the sums
+    atexit.register(lambda: multiprocess.mark_process_dead(os.getpid()))
+
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
 REQUESTS = Counter(
-    "router_requests_total", "Requests answered", ["model", "provider", "path", "status"]
+    "router_requests_total", "Requests answered",
+    ["model", "provider", "path", "status", "key_source"],
 )
-LATENCY = Histogram(
-    "router_request_seconds", "Total request latency", ["model", "path"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-)
+LATENCY = Histogram("router_request_seconds", "Total request latency", ["model", "path"], buckets=_SECONDS)
 TTFT = Histogram(
-    "router_ttft_seconds", "Time to first streamed byte", ["model"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    "router_ttft_seconds", "Time to the first streamed byte (request start to the upstream's first byte)",
+    ["model", "backend"], buckets=_SECONDS[:11],
 )
-TOKENS = Counter("router_tokens_total", "Tokens reported by providers", ["model", "kind"])
+ITL = Histogram(
+    "router_inter_token_seconds", "Gaps between successive streamed chunks handed to the client",
+    ["model"], buckets=ITL_BUCKETS,
+)
+UPSTREAM = Histogram(
+    "router_upstream_seconds", "Time from dispatch to the backend's first byte", ["backend"], buckets=_SECONDS
+)
+TOKENS = Counter("router_tokens_total", "Tokens reported by providers, by usage field", ["model", "kind"])
+PROMPT_TOKENS = Counter(
+    "router_prompt_tokens_total", "Prompt (input) tokens reported by providers", ["model", "backend", "key_source"]
+)
+COMPLETION_TOKENS = Counter(
+    "router_completion_tokens_total", "Completion (output) tokens reported by providers",
+    ["model", "backend", "key_source"],
+)
 RETRIES = Counter("router_retries_total", "Attempts beyond the first", ["model"])
 FALLBACKS = Counter("router_fallbacks_total", "Requests answered through a fallback chain", ["model"])
 QUEUE = Counter("router_queue_decisions_total", "Capacity queue decisions", ["decision"])
 DROPPED = Counter("router_observations_dropped_total", "Observations dropped (queue full)")
-IN_FLIGHT = Gauge("router_backend_in_flight", "Requests in flight per backend", ["backend"])
+IN_FLIGHT = Gauge(
+    "router_backend_in_flight", "Requests in flight per backend", ["backend"], multiprocess_mode="livesum"
+)
 
 _queue: deque[dict] = deque(maxlen=10_000)
 
@@ -113,21 +149,91 @@ def _child(metric: Any, *values: str) -> Any:
     return child
 
 
+_backends: set[str] = set()
+
+
+def backend_label(name: object) -> str:
+    """A backend's metric label: its name while fewer than MAX_BACKENDS
+    names have one in this process, else `other`; `-` for none."""
+    if not isinstance(name, str) or not name:
+        return UNADMITTED
+    name = name[:LABEL_MAX]
+    if name in _backends:
+        return name
+    if len(_backends) < MAX_BACKENDS:
+        _backends.add(name)
+        return name
+    return OTHER
+
+
+class Gaps:
+    """The gaps between a stream's chunks, counted into ITL's buckets as they
+    happen (a clock read, a bisect and three adds per chunk, nothing
+    allocated but the float) and observed by the drainer in one go."""
+
+    __slots__ = ("buckets", "count", "last", "sum")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self.last = 0.0
+        self.buckets = [0] * (len(ITL_BUCKETS) + 1)  # the last one is +Inf
+
+    def tick(self, now: float) -> None:
+        last, self.last = self.last, now
+        if last:
+            gap = now - last
+            self.count += 1
+            self.sum += gap
+            self.buckets[bisect_left(ITL_BUCKETS, gap)] += 1
+
+
+def _observe_gaps(histogram: Any, gaps: Gaps) -> None:
+    """Add a whole Gaps to a histogram child. prometheus_client has no batch
+    observe; its child keeps one (non-cumulative) value per bucket and a sum,
+    which this adds to as `observe()` would, one inc per non-empty bucket."""
+    if not gaps.count:
+        return
+    buckets = histogram._buckets
+    assert len(buckets) == len(gaps.buckets), "ITL buckets and Gaps disagree"
+    for i, n in enumerate(gaps.buckets):
+        if n:
+            buckets[i].inc(n)
+    histogram._sum.inc(gaps.sum)
+
+
 def _emit(obs: dict) -> None:
     model = obs.pop("label", None) or UNADMITTED
+    gaps = obs.pop("gaps", None)
     status = str(obs.get("status", ""))
     path = obs.get("path") or "-"
-    _child(REQUESTS, model, obs.get("provider") or "-", path, status).inc()
+    backend = backend_label(obs.get("provider"))
+    source = obs.get("key_source")
+    source = source if source in KEY_SOURCES else UNADMITTED
+    _child(REQUESTS, model, backend, path, status, source).inc()
     if "latency_ms" in obs:
         _child(LATENCY, model, path).observe(obs["latency_ms"] / 1000.0)
     if obs.get("ttft_ms") is not None:
-        _child(TTFT, model).observe(obs["ttft_ms"] / 1000.0)
+        _child(TTFT, model, backend).observe(obs["ttft_ms"] / 1000.0)
+    if obs.get("upstream_ms"):
+        _child(UPSTREAM, backend).observe(obs["upstream_ms"] / 1000.0)
+    if isinstance(gaps, Gaps):
+        _observe_gaps(_child(ITL, model), gaps)
     usage = obs.get("usage")
     if isinstance(usage, dict):
+        counted = {}
         for key in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"):
             value = usage.get(key)
-            if isinstance(value, int):
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 _child(TOKENS, model, key).inc(value)
+                counted[key] = value
+        # Chat and completions say prompt/completion, Responses input/output.
+        prompt = counted.get("prompt_tokens", counted.get("input_tokens"))
+        completion = counted.get("completion_tokens", counted.get("output_tokens"))
+        if prompt is not None:
+            _child(PROMPT_TOKENS, model, backend, source).inc(prompt)
+        if completion is not None:
+            _child(COMPLETION_TOKENS, model, backend, source).inc(completion)
     attempts = obs.get("attempts") or 1
     if attempts > 1:
         _child(RETRIES, model).inc(attempts - 1)
@@ -138,16 +244,57 @@ def _emit(obs: dict) -> None:
     log.info("request", extra={"obs": obs})
 
 
+_in_flight_labels: set[str] = set()
+
+
+def refresh_in_flight(states: StateTable) -> None:
+    """Set the in-flight gauge from the backends' states (capped labels; the
+    `other` series sums the rest). A label no longer present reads 0 (the
+    multiprocess files cannot drop a series; a single process rebuilds)."""
+    totals: dict[str, int] = {}
+    for name, state in states.items():
+        label = backend_label(name)
+        totals[label] = totals.get(label, 0) + state.in_flight
+    if not MULTIPROC:
+        IN_FLIGHT.clear()
+        _in_flight_labels.clear()
+    for label in _in_flight_labels - totals.keys():
+        IN_FLIGHT.labels(label).set(0)
+    for label, value in totals.items():
+        IN_FLIGHT.labels(label).set(value)
+    _in_flight_labels.update(totals)
+
+
+IN_FLIGHT_EVERY_S = 1.0
+_in_flight_at = 0.0
+
+
+def _publish_in_flight(states: StateTable | None) -> None:
+    """With several workers a scrape reaches one of them, so each process
+    writes its own in-flight values (once a second) for the others' scrapes."""
+    global _in_flight_at
+    now = time.monotonic()
+    if not MULTIPROC or states is None or now - _in_flight_at < IN_FLIGHT_EVERY_S:
+        return
+    _in_flight_at = now
+    try:
+        refresh_in_flight(states)
+    except Exception:  # bookkeeping must never take the drainer down
+        logging.getLogger(__name__).exception("in-flight gauges not published")
+
+
 # Observations emitted per turn of the event loop. A batch is a quarter
 # second of traffic (hundreds at full load); emitted in one go it held the
 # loop for several ms at a time, which every request in flight waited out.
 SLICE = 32
 
 
-async def run_drainer(interval: float = 0.25) -> None:
-    """Background task of each web process."""
+async def run_drainer(interval: float = 0.25, states: StateTable | None = None) -> None:
+    """Background task of each web process (`states`: its backends' states,
+    for the in-flight gauges of a multiprocess /metrics)."""
     while True:
         await asyncio.sleep(interval)
+        _publish_in_flight(states)
         items = drain()
         if not items:
             continue

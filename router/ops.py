@@ -18,11 +18,13 @@ import time
 import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from . import extensions
 from .nodestate import node_health
-from .observe import IN_FLIGHT
+from .observe import MULTIPROC, refresh_in_flight
 from .runtime import get_runtime
 from .selectors import REFRESHES
 
@@ -61,16 +63,36 @@ async def readyz(request: HttpRequest) -> HttpResponse:
 
 
 def _refresh_backend_gauges() -> None:
-    rt = get_runtime()
-    # Rebuilt each scrape: a backend that left the snapshot leaves no series behind.
-    IN_FLIGHT.clear()
-    for name, state in rt.states.items():
-        IN_FLIGHT.labels(name).set(state.in_flight)
+    # Rebuilt each scrape: a backend that left the snapshot leaves no series behind
+    # (with several workers each one also publishes its own every second).
+    refresh_in_flight(get_runtime().states)
+
+
+class _Custom:
+    """The collectors of the default registry that keep no values of their
+    own in the multiprocess files (e.g. appproxy's Redis-backed one): the
+    router's metric objects and the per-process default collectors are left
+    out, the files already hold the metrics of every worker."""
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        for collector in list(REGISTRY._collector_to_names):  # no public listing
+            if isinstance(collector, MetricWrapperBase) or type(collector).__module__.startswith("prometheus_client"):
+                continue
+            yield from collector.collect()
+
+
+def _registry() -> CollectorRegistry:
+    if not MULTIPROC:
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # PROMETHEUS_MULTIPROC_DIR: every worker's files
+    registry.register(_Custom())  # type: ignore[arg-type]
+    return registry
 
 
 async def metrics(request: HttpRequest) -> HttpResponse:
     _refresh_backend_gauges()
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
 
 
 def _bearer_ok(request: HttpRequest) -> bool:

@@ -127,7 +127,7 @@ class Runtime:
             asyncio.create_task(self._initial_load(), name="router-initial-load"),
             asyncio.create_task(self._listen(), name="router-notice-listener"),
             asyncio.create_task(self._poll(), name="router-safety-poll"),
-            asyncio.create_task(observe.run_drainer(), name="router-observations"),
+            asyncio.create_task(observe.run_drainer(states=self.states), name="router-observations"),
         ]
 
     async def stop(self) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from time import perf_counter
 from typing import TypeVar
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from ..core.errors import RouterError, UpstreamError
+from ..observe import Gaps
 from ..pipeline import Routed
 
 log = logging.getLogger(__name__)
@@ -38,14 +40,28 @@ class RoutedStream(StreamingHttpResponse):
     """A stream over a `Routed` result. Django calls `close()` once the
     response is done with — sent, failed, or the client gone before the first
     byte — and so the backend slot and the upstream are freed in every case,
-    also for a stream that was never iterated."""
+    also for a stream that was never iterated.
+
+    Iterated by the ASGI handler, it times the gaps between the chunks it
+    hands on to the client (the inter-token latency, docs/metrics.md): one
+    clock read and a few adds per chunk into the observation's `Gaps`,
+    which the drainer turns into the histogram."""
 
     def __init__(self, content: AsyncIterator[bytes], routed: Routed, *, status: int, content_type: str) -> None:
         super().__init__(content, status=status, content_type=content_type)
         self.routed = routed
+        self.gaps = routed.obs["gaps"] = Gaps()
         if content_type.startswith("text/event-stream"):
             self["Cache-Control"] = "no-cache"
             self["X-Accel-Buffering"] = "no"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[override]
+        # Django's own __aiter__ wraps the content in two generators (one to
+        # make bytes, which the relays already yield); this one replaces both.
+        tick = self.gaps.tick
+        async for part in self._iterator:
+            tick(perf_counter())
+            yield part
 
     def close(self) -> None:
         super().close()

@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -101,6 +102,7 @@ class Command(BaseCommand):
         # One coordinator node_id per node start, shared by every child (web,
         # tasks, events) and never reused: a restarted node is a new session.
         os.environ["APPPROXY_NODE_ID"] = str(uuid.uuid4())
+        self._metrics_dir(opts)
         node = Supervisor(specs, cwd=settings.BASE_DIR,
                           write_state=lambda state: write_state(settings.ROUTER_NODE_STATE_FILE, state),
                           say=lambda line: self.stderr.write(line))
@@ -128,6 +130,19 @@ class Command(BaseCommand):
         finally:
             node.stop()
         sys.exit(0)
+
+    def _metrics_dir(self, opts) -> None:
+        """Several uvicorn workers: each scrape of /metrics reaches one of them,
+        so they keep their values in files of one directory (prometheus_client's
+        multiprocess mode, docs/metrics.md) that /metrics sums. Emptied at node
+        start: the files of a previous run would count again."""
+        if opts["workers"] <= 1 or opts["server"] != "uvicorn":
+            return
+        path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or settings.VAR_DIR / f"prometheus-{settings.ROUTER_NODE_ID}")
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink()
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
 
     def _specs(self, demo: list[list[str]], cfg, opts) -> list[ChildSpec]:
         py = sys.executable
