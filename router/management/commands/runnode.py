@@ -150,7 +150,7 @@ class Command(BaseCommand):
         specs = []
         for argv in demo:
             specs.append(ChildSpec(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"],
-                                       listen=("127.0.0.1", int(argv[2])), start_window_s=WEB_START_WINDOW_S))
+                                   listen=("127.0.0.1", int(argv[2])), start_window_s=WEB_START_WINDOW_S))
         if opts["server"] == "uvicorn":
             web = [py, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
                    "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning",
