@@ -9,6 +9,7 @@ import secrets
 import socket
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -244,7 +245,7 @@ def test_key_never_leaves_in_a_span(openai_backends, router_factory, collector):
     refused = trace_of(collector, bad_tid)
     (server,) = refused
     assert server["attributes"]["http.response.status_code"] == 401
-    assert server["attributes"]["error.type"]
+    assert server["attributes"]["error.type"] == "invalid_api_key"
     assert server["status"] == "UNSET"  # a 4xx is the client's, not the server's error
     for body in collector.bodies:
         assert key.encode() not in body
@@ -294,3 +295,21 @@ def test_a_dead_collector_never_fails_or_slows_a_request(openai_backends, router
     finally:
         if hole is not None:
             hole.close()
+
+
+def test_anthropic_door_is_traced_on_the_same_pipeline(stack):
+    """POST /v1/messages (the official anthropic SDK): its own span name, the
+    same children, the usage the client was told."""
+    router, _client, _live, _spare, collector = stack
+    header, tid, caller_span = parent()
+    client = anthropic.Anthropic(base_url=router.url, api_key="x", max_retries=0, timeout=30)
+    out = client.messages.create(model="m", max_tokens=64, messages=MESSAGES, extra_headers={"traceparent": header})
+    assert out.content[0].text.startswith("Hello from live")
+    spans = trace_of(collector, tid)
+    server = one(spans, kind="SERVER")
+    assert server["name"] == "POST /v1/messages" and server["parent_span_id"] == caller_span
+    a = server["attributes"]
+    assert a["http.route"] == "/v1/messages" and a["http.response.status_code"] == 200
+    assert a["gen_ai.usage.input_tokens"] == out.usage.input_tokens
+    assert a["gen_ai.usage.output_tokens"] == out.usage.output_tokens
+    assert [s["attributes"]["router.backend"] for s in children(spans, server, "upstream")] == ["dead", "live"]
