@@ -313,3 +313,50 @@ def test_anthropic_door_is_traced_on_the_same_pipeline(stack):
     assert a["gen_ai.usage.input_tokens"] == out.usage.input_tokens
     assert a["gen_ai.usage.output_tokens"] == out.usage.output_tokens
     assert [s["attributes"]["router.backend"] for s in children(spans, server, "upstream")] == ["dead", "live"]
+
+
+def test_a_malformed_traceparent_starts_a_new_trace(stack):
+    """A traceparent that is not W3C's is ignored (never an error): the
+    request is served and its span is a root of its own trace."""
+    router, _client, _live, _spare, collector = stack
+    before = len(collector.snapshot())
+    r = httpx.post(
+        router.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MESSAGES},
+        headers={"traceparent": "00-not-a-trace-id-01", "x-request-id": "req-" + "x" * 1000},
+        timeout=30,
+    )
+    assert r.status_code == 200
+
+    def server():
+        found = [s for s in collector.snapshot()[before:] if s["kind"] == "SERVER"]
+        return found[0] if found else None
+
+    span = wait_until(server, 30, what="the server span")
+    assert span["parent_span_id"] is None and len(span["trace_id"]) == 32
+    assert len(span["attributes"]["router.request_id"]) == 256  # a client's value is capped
+
+
+def test_a_client_leaving_mid_stream_ends_the_span(stack):
+    """The client closes a stream after its first chunk: the server span ends
+    then (not at the backend's pace) and says the client left."""
+    router, _client, live, _spare, collector = stack
+    live.behavior.chunk_delay_s = 0.5
+    live.behavior.chunks = 40  # 20 s if read to the end
+    header, tid, _ = parent()
+    t0 = time.monotonic()
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream(
+            "POST",
+            router.url + "/v1/chat/completions",
+            json={"model": "m", "messages": MESSAGES, "stream": True},
+            headers={"traceparent": header},
+        ) as r,
+    ):
+        assert r.status_code == 200
+        next(r.iter_bytes())
+    server = one(trace_of(collector, tid), kind="SERVER")
+    assert time.monotonic() - t0 < 15
+    assert server["attributes"]["router.client_disconnected"] is True
+    assert server["end_ns"] - server["start_ns"] < 15e9
