@@ -23,8 +23,12 @@ import pytest
 from router.tracing import configured
 from tests.support.routerproc import ROOT, RouterProc
 
+# The child reports from inside its event loop and leaves at once (os._exit):
+# what is measured is the serving process, not asyncio.run's teardown of the
+# runtime's background tasks (a server's lifespan does that) nor the SDK's
+# exit-time flush to the endpoint that answers nothing.
 CHILD = r"""
-import asyncio, json, sys, threading
+import asyncio, json, os, sys, threading
 import httpx
 from config.asgi import application
 
@@ -34,15 +38,15 @@ async def main():
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         plain = await http.post("/v1/chat/completions", json=body, timeout=30)
         streamed = await http.post("/v1/chat/completions", json={**body, "stream": True}, timeout=30)
-        return plain.status_code, streamed.status_code, b"[DONE]" in streamed.content
+    print(json.dumps({
+        "statuses": [plain.status_code, streamed.status_code], "done": b"[DONE]" in streamed.content,
+        "modules": sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry"),
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "tracer": sys.modules["router.tracing"]._tracer is not None,
+    }), flush=True)
+    os._exit(0)
 
-plain, streamed, done = asyncio.run(main())
-print(json.dumps({
-    "statuses": [plain, streamed], "done": done,
-    "modules": sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry"),
-    "threads": sorted(t.name for t in threading.enumerate()),
-    "tracer": sys.modules["router.tracing"]._tracer is not None,
-}))
+asyncio.run(main())
 """
 
 
