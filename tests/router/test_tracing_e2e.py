@@ -53,7 +53,7 @@ def collector():
 def stack(openai_backends, router_factory, collector):
     live, spare = openai_backends("live", "spare", models=("m", "backup"))
     config = CONFIG.format(dead=free_port(), live=live.url, spare=spare.url)
-    router = router_factory(config, env=otel_env(collector.url))
+    router = router_factory(config, env=otel_env(collector.url, OTEL_EXPORTER_OTLP_HEADERS="x-tenant=team%20a"))
     client = openai.OpenAI(
         base_url=router.url + "/v1", api_key="sk-client-" + secrets.token_hex(8), max_retries=0, timeout=30
     )
@@ -136,6 +136,8 @@ def test_retry_shows_two_upstream_spans_under_the_callers_trace(stack):
     sent = [r for r in live.requests if r.method == "POST"][-1]
     assert sent.headers["traceparent"] == f"00-{tid}-{second['span_id']}-01"
     assert all(client.api_key.encode() not in body for body in collector.bodies)
+    # The SDK's own variables apply: the export carries OTEL_EXPORTER_OTLP_HEADERS.
+    assert {h.get("x-tenant") for h in collector.headers} == {"team a"}
 
 
 def test_stream_span_ends_with_the_stream(stack):
@@ -226,13 +228,16 @@ def test_key_never_leaves_in_a_span(openai_backends, router_factory, collector):
     neither the key nor the client's Authorization value is in any exported
     byte; a refused request is traced as its refusal, with no upstream span."""
     (live,) = openai_backends("live")
-    router = router_factory(BLOCKING.format(live=live.url), env=otel_env(collector.url))
+    router = router_factory(
+        BLOCKING.format(live=live.url), env=otel_env(collector.url, OTEL_SERVICE_NAME="edge-router")
+    )
     key = create_key(router, "--models", "m")
     client = openai.OpenAI(base_url=router.url + "/v1", api_key=key, max_retries=0, timeout=30)
     header, tid, _ = parent()
     client.chat.completions.create(model="m", messages=MESSAGES, extra_headers={"traceparent": header})
     server = one(trace_of(collector, tid), kind="SERVER")
     assert server["attributes"]["router.key_source"] == "operator"
+    assert server["resource"]["service.name"] == "edge-router"
 
     bad_header, bad_tid, _ = parent()
     r = httpx.post(
