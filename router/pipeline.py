@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from . import observe
+from . import observe, tracing
 from .admission import Caller
 from .core.errors import (
     CapacityExhausted,
@@ -167,14 +167,20 @@ class Routed:
         elif ok is None:
             obs["client_disconnected"] = True
         observe.record(obs)
+        if tracing.ENABLED:
+            trace = self.env.notes.get("trace")
+            if trace is not None:
+                trace.end(obs)
 
 
-def refused(exc: RouterError, obs: dict[str, Any], started: float) -> None:
+def refused(exc: RouterError, obs: dict[str, Any], started: float, trace: tracing.RequestTrace | None = None) -> None:
     """Observe a request the router refused or could not serve."""
     obs["status"] = exc.status
     obs["error"] = exc.code
     obs["latency_ms"] = (time.perf_counter() - started) * 1000.0
     observe.record(obs)
+    if trace is not None:
+        trace.end(obs)
 
 
 async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], started: float) -> Routed:
@@ -189,12 +195,20 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
     last: Exchange | None = None
     last_failure: UpstreamFailed | None = None
     obs.setdefault("queue", "direct")
+    trace: tracing.RequestTrace | None = env.notes.get("trace") if tracing.ENABLED else None
     for depth, target in enumerate(chain):
         if depth > 0:
             hops.append(target)
+            if trace is not None:
+                trace.hop(target, depth)
         tried: set[str] = set()
         while attempts < retry.max_attempts:
-            cand = await _acquire(rt, caller, target, tried, pkey, obs, caller.scope if depth == 0 else None)
+            scope = caller.scope if depth == 0 else None
+            picking = tracing.now_ns() if trace is not None else 0
+            cand = await _acquire(rt, caller, target, tried, pkey, obs, scope)
+            if trace is not None:
+                trace.selected(target, depth, picking, cand.spec.name if cand is not None else None,
+                               len(rt.candidates(snap, target, scope)), obs.get("queue"))
             if cand is None:
                 break
             spec, state = cand.spec, cand.state
@@ -204,10 +218,14 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             # The selection is observed even when the provider rejects the
             # request before dispatch (unsupported field, no adapter): MIX-6.
             obs.update(provider=spec.name, kind=spec.kind, path=provider.path)
+            if trace is not None:
+                trace.upstream(spec.name, spec.kind, target, attempts, env.headers)
             try:
                 ex = await provider.start(rt, spec, env, target)
             except UpstreamFailed as failure:
                 rt.release(state, ok=False)
+                if trace is not None:
+                    trace.failed("timeout" if failure.timeout else "upstream_failed", detail=failure.reason)
                 last_failure = failure
                 obs.setdefault("failures", []).append(spec.name)
                 if failure.detail:  # for the operator (the observation), never the client
@@ -215,16 +233,22 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                 if retry.backoff_s and attempts < retry.max_attempts:
                     await asyncio.sleep(retry.backoff_s * attempts)
                 continue
-            except RouterError:
+            except RouterError as exc:
                 rt.release(state, ok=True)  # rejected before dispatch (e.g. unsupported field)
+                if trace is not None:
+                    trace.failed(exc.code or type(exc).__name__)
                 raise
             except asyncio.CancelledError:
                 rt.release(state, ok=None)  # the client left while we waited upstream
+                if trace is not None:
+                    trace.cancelled()
                 raise
             except Exception as exc:
                 # Not one of the provider's own outcomes: a bug or a fault the
                 # request may have caused itself, so no verdict on the backend.
                 rt.release(state, ok=None)
+                if trace is not None:
+                    trace.failed(type(exc).__name__)
                 log.error("dispatch to backend %s failed: %s", spec.name, type(exc).__name__, exc_info=exc)
                 raise UpstreamError(f"The router could not dispatch the request to a backend of '{target}'.") from exc
             if ex.status in retry.retry_on_status and attempts < retry.max_attempts:
@@ -233,6 +257,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                     await ex.close()
                 last = ex
                 obs.setdefault("failures", []).append(f"{spec.name}:{ex.status}")
+                if trace is not None:
+                    trace.failed(str(ex.status), status=ex.status)
                 continue
             obs.update(
                 provider=spec.name,
@@ -249,6 +275,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             for key in ("adapter", "ignored_fields"):
                 if key in ex.info:
                     obs[key] = ex.info[key]
+            if trace is not None:
+                trace.answered(ex.status, env.stream)
             return Routed(rt, provider, ex, env, obs, started, state)
         if attempts >= retry.max_attempts:
             break
@@ -257,6 +285,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
     if last is not None:  # relay the provider's own last error as it came
         obs["status"] = last.status
         observe.record(obs)
+        if trace is not None:
+            trace.end(obs)
         relayed = Exchange(last.spec, last.status, [], last.content_type, last.body, wire=last.wire)
         return Routed(rt, None, relayed, env, obs, started, None)
     if last_failure is not None:

@@ -27,7 +27,7 @@ import orjson
 from django.conf import settings
 from django.db import connections
 
-from . import extensions, observe
+from . import extensions, observe, tracing
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
@@ -123,6 +123,8 @@ class Runtime:
         self.client = make_client()
         self.transport = transport_of(self.client)
         self.capacity_changed = asyncio.Condition()
+        if tracing.ENABLED:  # the exporter's own thread; off, nothing of OpenTelemetry is imported
+            tracing.start()
         self._tasks = [
             asyncio.create_task(self._initial_load(), name="router-initial-load"),
             asyncio.create_task(self._listen(), name="router-notice-listener"),

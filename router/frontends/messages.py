@@ -28,6 +28,7 @@ import orjson
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from .. import tracing
 from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
 from ..core.errors import RequestTooLarge, RouterError, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
@@ -82,9 +83,12 @@ async def _handle(request: HttpRequest, *, count: bool) -> HttpResponseBase:
         return _router_error(exc)
     if conversion.ignored:
         log.debug("anthropic /v1/messages: ignored %s", "; ".join(conversion.ignored))
+    trace = None
     try:
         snap = await ready_snapshot()
         headers = headers_of(request)
+        if tracing.ENABLED:
+            trace = tracing.begin("POST", "/v1/messages/count_tokens" if count else "/v1/messages", endpoint, headers)
         converted = orjson.dumps(conversion.request)
         request_body, model, stream = parse_body(converted, "chat/completions", snap.max_body_bytes)
         obs["model"] = model
@@ -98,9 +102,11 @@ async def _handle(request: HttpRequest, *, count: bool) -> HttpResponseBase:
             # An Anthropic-kind provider sends this as is (Exchange.wire "anthropic").
             notes={"anthropic_request": body},
         )
+        if trace is not None:
+            env.notes["trace"] = trace
         routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
-        refused(exc, obs, started)
+        refused(exc, obs, started, trace)
         return observed(_router_error(exc))
     return await rendered(routed, lambda r: _render(r, conversion), _router_error)
 

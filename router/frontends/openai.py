@@ -16,6 +16,7 @@ from typing import Any
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from .. import tracing
 from ..admission import admit, headers_of, ready_snapshot
 from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
@@ -30,9 +31,12 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
     """Entry point of every POST /v1/<endpoint>."""
     started = time.perf_counter()
     obs: dict[str, Any] = {"endpoint": endpoint, "frontend": "openai"}
+    trace = None
     try:
         snap = await ready_snapshot()
         headers = headers_of(request)
+        if tracing.ENABLED:
+            trace = tracing.begin("POST", "/v1/" + endpoint, endpoint, headers)
         check_content_type(headers.get("content-type"))
         raw = read_body(request, headers, snap)
         body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
@@ -45,9 +49,11 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
             client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
             max_response_bytes=snap.max_response_bytes, relay_whole=True,
         )
+        if trace is not None:
+            env.notes["trace"] = trace
         routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
-        refused(exc, obs, started)
+        refused(exc, obs, started, trace)
         return observed(error_response(exc))
     return await rendered(routed, render, error_response)
 
