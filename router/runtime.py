@@ -27,7 +27,7 @@ import orjson
 from django.conf import settings
 from django.db import connections
 
-from . import extensions, observe
+from . import cluster, extensions, observe
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
@@ -128,6 +128,7 @@ class Runtime:
             asyncio.create_task(self._listen(), name="router-notice-listener"),
             asyncio.create_task(self._poll(), name="router-safety-poll"),
             asyncio.create_task(observe.run_drainer(), name="router-observations"),
+            asyncio.create_task(cluster.run_publisher(self), name="router-cluster-state"),
         ]
 
     async def stop(self) -> None:
