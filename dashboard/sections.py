@@ -18,7 +18,7 @@ from django.utils.safestring import mark_safe
 
 from router.runtime import Runtime, get_runtime
 
-from . import mirror, recent, selectors
+from . import cluster, mirror, recent, selectors
 
 
 class Reading:
@@ -71,6 +71,7 @@ SECTIONS: dict[str, Section] = {
         Section("events", "Recent events", lambda r: mirror.event_rows()),
         Section("router", "Router worker", lambda r: mirror.router_worker_data(r.router)),
         Section("publications", "Publications", lambda r: mirror.publications_data(r.router)),
+        Section("cluster", "Cluster", lambda r: cluster.cluster_view()),
     )
 }
 
@@ -86,6 +87,7 @@ class Page:
 PAGES: tuple[Page, ...] = (
     Page("overview", "Overview", ("node", "workers")),
     Page("backends", "Backends", ("backends",)),
+    Page("cluster", "Cluster", ("cluster",)),
     Page("models", "Models", ("models",)),
     Page("circuits", "Circuits", ("circuits",), needs="Circuit"),
     Page("keys", "Keys", ("keys",)),
