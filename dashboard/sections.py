@@ -18,7 +18,7 @@ from django.utils.safestring import mark_safe
 
 from router.runtime import Runtime, get_runtime
 
-from . import mirror, recent, selectors
+from . import cluster, mirror, recent, selectors
 
 
 class Reading:
@@ -77,6 +77,7 @@ SECTIONS: dict[str, Section] = {
         Section("events", "Recent events", lambda r: mirror.event_rows()),
         Section("router", "Router worker", lambda r: mirror.router_worker_data(r.router)),
         Section("publications", "Publications", lambda r: mirror.publications_data(r.router)),
+        Section("cluster", "Cluster", lambda r: cluster.cluster_view()),
     )
 }
 
@@ -93,6 +94,7 @@ PAGES: tuple[Page, ...] = (
     Page("overview", "Overview", ("node", "workers")),
     Page("charts", "Charts", ()),  # plots, not live sections: views.charts_page
     Page("backends", "Backends", ("backends",)),
+    Page("cluster", "Cluster", ("cluster",)),
     Page("models", "Models", ("models",)),
     Page("circuits", "Circuits", ("appproxy_off", "circuits"), needs="Circuit"),
     Page("keys", "Keys", ("top_keys", "keys")),

@@ -27,7 +27,7 @@ import orjson
 from django.conf import settings
 from django.db import connections
 
-from . import extensions, observe, tracing
+from . import cluster, extensions, observe, tracing
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
@@ -130,6 +130,7 @@ class Runtime:
             asyncio.create_task(self._listen(), name="router-notice-listener"),
             asyncio.create_task(self._poll(), name="router-safety-poll"),
             asyncio.create_task(observe.run_drainer(states=self.states), name="router-observations"),
+            asyncio.create_task(cluster.run_publisher(self), name="router-cluster-state"),
         ]
 
     async def stop(self) -> None:

@@ -18,6 +18,7 @@ import httpx
 import orjson
 from celery import shared_task
 
+from . import cluster
 from .core.health import StateTable
 from .core.snapshot import EMPTY
 from .providers import listed_models, probe_headers, probe_url
@@ -45,6 +46,7 @@ def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple
 def probe_backends() -> dict[str, bool]:
     global _snapshot
     snap = _snapshot = refresh_snapshot(_snapshot)
+    cluster.tasks_heartbeat(snap.revision)  # the cluster view's record of this process
     policy = snap.health
     if not snap.health_enabled or policy is None:
         return {}
