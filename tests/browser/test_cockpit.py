@@ -1,11 +1,13 @@
 """The operator's cockpit in a real browser: plots drawn from requests sent with
 the official SDK, a key's usage rising after its requests, and what a new
-operator tripped over (tiles that clipped, the favicon)."""
+operator tripped over (tiles that clipped, the favicon), and a second node
+joining the cluster view."""
 
 from __future__ import annotations
 
 from playwright.sync_api import expect
 
+from config.namespace import node_id
 from tests.browser.nodes import MODEL
 from tests.support.routerproc import wait_until
 
@@ -93,3 +95,23 @@ def test_overview_tiles_fit_and_the_favicon_is_served(page, page_log, node):
     assert favicon.ok and favicon.headers["content-type"].startswith("image/svg")
     # The page's own icon request (a navigation may abort it; it must never be an error status).
     assert [status for url, status in page_log.responses if "favicon" in url and status >= 400] == []
+
+
+def test_a_second_node_appears_in_the_cluster_view_without_a_reload(page, node, join_node):
+    page.goto(node.url + "/dashboard/cluster/")
+    first = node_id(node.var_dir)
+    expect(page.locator(f"section[data-live=cluster] tr[data-role=web][data-process^='{first}/']")).to_have_count(
+        1, timeout=20_000
+    )
+    page.evaluate("window.__sameDocument = true")
+
+    second = join_node()
+    joined = node_id(second.var_dir)
+    assert joined != first
+    expect(page.locator(f"section[data-live=cluster] tr[data-role=web][data-process^='{joined}/']")).to_have_count(
+        1, timeout=30_000
+    )
+    expect(page.locator(f"section[data-live=cluster] tr[data-role=tasks][data-process^='{joined}/']")).to_have_count(
+        1, timeout=30_000
+    )
+    assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
