@@ -14,7 +14,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from router import redis as router_redis
-from router.observe import RECENT_MAX, recent_key
+from router.observe import LIST_MAX, RECENT_MAX, recent_key
 
 from .selectors import iso, rounded
 
@@ -40,6 +40,12 @@ def usage_summary(usage: Any) -> dict[str, int] | None:
     return out or None
 
 
+def _details(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, dict):
+        return []
+    return [{"backend": str(k), "detail": str(v)} for k, v in list(value.items())[:LIST_MAX]]
+
+
 def observation_row(obs: dict[str, Any]) -> dict[str, Any]:
     """The displayed subset of one observation (known fields only)."""
     hops = obs.get("hops") or []
@@ -61,6 +67,9 @@ def observation_row(obs: dict[str, Any]) -> dict[str, Any]:
         "hops": [str(h) for h in hops] if isinstance(hops, list) else [],
         "attempts": obs.get("attempts"),
         "failures": [str(f) for f in obs.get("failures") or []],
+        # What each failed backend said (a CLI's stderr tail, a provider's
+        # error): for the operator, never the client; capped by observe.bounded.
+        "failure_details": _details(obs.get("failure_details")),
         "usage": usage_summary(obs.get("usage")),
         "latency_ms": rounded(obs.get("latency_ms")),
         "ttft_ms": rounded(obs.get("ttft_ms")),

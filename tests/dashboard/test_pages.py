@@ -129,6 +129,7 @@ def test_requests_page_shows_observations_newest_first(staff, observations):
             "hops": ["chat-small"],
             "attempts": 2,
             "failures": ["vllm-a:503"],
+            "failure_details": {"vllm-a": "upstream said: <b>overloaded</b>"},
             "usage": {"prompt_tokens": 11, "completion_tokens": 7},
             "latency_ms": 1534.0,
             "ttft_ms": 88.25,
@@ -145,6 +146,9 @@ def test_requests_page_shows_observations_newest_first(staff, observations):
     page = resp.content.decode()
     for text in ("ollama-b", "normalized", "queued", "12.3 ms", "1.53 s", "88.2 ms", "11 / 7", "model_not_found"):
         assert text in page
+    # What the failed backend said, escaped (it is the backend's text, not ours).
+    assert older["failure_details"] == [{"backend": "vllm-a", "detail": "upstream said: <b>overloaded</b>"}]
+    assert "vllm-a: upstream said: &lt;b&gt;overloaded&lt;/b&gt;" in page
 
 
 def test_requests_page_skips_malformed_observations(staff, observations, redis_prefix):
