@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from keys import usage as key_usage
 from keys.selectors import key_list, record_id
+from router.cluster import verdict
 from router.core.backend import masked_url
 from router.core.health import BackendState
 from router.core.snapshot import EMPTY, Snapshot
@@ -74,19 +75,9 @@ def _state(rt: Runtime, view: RoutingView, name: str) -> BackendState:
     return rt.states.peek(name) or _IDLE
 
 
-def health_label(state: BackendState, now: float) -> tuple[str, float | None]:
-    """('healthy' | 'trial' | 'breaker_open' | 'probe_failing', seconds to the trial).
-
-    `trial`: the breaker is open but its cooldown has elapsed, so the next
-    request is admitted as the half-open trial (usable, not yet healthy).
-    """
-    if not state.probe_healthy:
-        return "probe_failing", None
-    if state.open_until is None:
-        return "healthy", None
-    if state.usable(now):
-        return "trial", None
-    return "breaker_open", (None if state.trial else round(max(state.open_until - now, 0.0), 1))
+# ('healthy' | 'trial' | 'breaker_open' | 'probe_failing', seconds to the
+# trial): the verdict every process publishes to the Cluster view too.
+health_label = verdict
 
 
 def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:

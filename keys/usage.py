@@ -60,6 +60,12 @@ return redis.call('SMEMBERS', KEYS[2])
 """
 
 
+# The fields a usage row has (a KeyUsage row's and a Usage's), in Usage's order.
+ROW_FIELDS = (
+    "key_ref", "hour", "name", "source", "requests", "errors", "prompt_tokens", "completion_tokens", "last_used_at",
+)  # fmt: skip
+
+
 @dataclass(slots=True)
 class Usage:
     key_ref: str
@@ -265,17 +271,7 @@ def hourly(start: datetime, key_ref: str | None = None) -> list[Usage]:
         qs = qs.filter(key_ref=key_ref)
     merged: dict[tuple[str, datetime], Usage] = {}
     for r in qs.order_by():
-        merged[(r.key_ref, r.hour)] = Usage(
-            r.key_ref,
-            r.hour,
-            r.name,
-            r.source,
-            r.requests,
-            r.errors,
-            r.prompt_tokens,
-            r.completion_tokens,
-            r.last_used_at,
-        )
+        merged[(r.key_ref, r.hour)] = Usage(*(getattr(r, f) for f in ROW_FIELDS))
     for row in extra:
         assert row.hour is not None
         have = merged.get((row.key_ref, row.hour))
@@ -355,17 +351,7 @@ def series(key_ref: str, start: datetime, now: datetime | None = None) -> dict[s
     }
 
 
-CSV_HEADER = (
-    "hour_utc",
-    "key_ref",
-    "name",
-    "source",
-    "requests",
-    "errors",
-    "prompt_tokens",
-    "completion_tokens",
-    "last_used_at",
-)
+CSV_HEADER = ("hour_utc", *(f for f in ROW_FIELDS if f != "hour"))
 
 
 def csv_cell(value: object) -> str:
@@ -377,20 +363,8 @@ def csv_cell(value: object) -> str:
 def csv_rows(rows: Iterable[Usage]) -> Iterable[list[str]]:
     yield list(CSV_HEADER)
     for r in rows:
-        yield [
-            csv_cell(v)
-            for v in (
-                r.hour or "",
-                r.key_ref,
-                r.name,
-                r.source,
-                r.requests,
-                r.errors,
-                r.prompt_tokens,
-                r.completion_tokens,
-                r.last_used_at,
-            )
-        ]
+        # CSV_HEADER's order: the hour first.
+        yield [csv_cell(r.hour or "")] + [csv_cell(getattr(r, f)) for f in ROW_FIELDS if f != "hour"]
 
 
 def key_for_ref(ref: str) -> ApiKey | None:

@@ -4,12 +4,10 @@ isolated Redis prefix for observations, and a live runtime when needed."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import orjson
 import pytest
 from django.contrib.auth.models import User
-from redis.exceptions import RedisError
 
 from keys.services import key_create, key_revoke
 from router import runtime as runtime_module
@@ -17,6 +15,7 @@ from router.models import Backend, ConfigDocument, Source
 from router.observe import recent_key
 from router.redis import sync_client
 from router.revision import bump_revision
+from tests.support.redisns import isolated_prefix
 
 UPSTREAM_SECRET = "sk-upstream-SECRET"
 ENV_SECRET = "sk-env-SECRET-from-environment"
@@ -53,16 +52,7 @@ def superuser(client):
 @pytest.fixture(autouse=True)
 def redis_prefix(settings):
     """Observations of this test only; removed afterwards."""
-    prefix = f"test:dashboard:{uuid.uuid4().hex}:"
-    settings.ROUTER_REDIS_PREFIX = prefix
-    yield prefix
-    try:
-        client = sync_client()
-        keys = list(client.scan_iter(match=prefix + "*"))
-        if keys:
-            client.delete(*keys)
-    except RedisError:  # the test that needed Redis has already failed
-        pass
+    yield from isolated_prefix(settings, "dashboard")
 
 
 @pytest.fixture

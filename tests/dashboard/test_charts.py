@@ -13,8 +13,8 @@ import openai
 import pytest
 from django.contrib.auth.models import User
 
-from router.redis import sync_client
 from tests.router.test_timeseries import drain_through, obs
+from tests.support.redisns import drop_prefix
 from tests.support.routerproc import PY, ROOT, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -133,19 +133,12 @@ def staff_session(router) -> httpx.Client:
     return session
 
 
-def drop_keys(prefix: str) -> None:
-    client = sync_client()
-    keys = list(client.scan_iter(match=prefix + "*"))
-    if keys:
-        client.delete(*keys)
-
-
 def test_end_to_end_sdk_requests_appear_in_the_charts(request, openai_backends, router_factory):
     """Requests sent with the openai SDK to a router process show up in that
     process's charts JSON: exactly their count and their output tokens."""
     (a,) = openai_backends("fake-a", models=("chat",))
     router = router_factory(CONFIG.format(a=a.url))
-    request.addfinalizer(lambda: drop_keys(router.prefix))
+    request.addfinalizer(lambda: drop_prefix(router.prefix))
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
     out_tokens = 0
     for _ in range(3):

@@ -8,15 +8,12 @@ add the DB rows and the buffer.
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import re
 import time
 
 import pytest
-import redis.asyncio as aioredis
-from django.conf import settings
 from django.contrib.auth.models import User
 
 from keys import usage
@@ -24,24 +21,14 @@ from keys.keyring import hash_key
 from keys.models import ApiKey, KeySource
 from keys.selectors import record_id
 from keys.services import key_create
-from router import usage as buffer
+from tests.support.redisns import drained_usage
 
 pytestmark = pytest.mark.django_db
 
 FORMULA = '=HYPERLINK("http://evil")'
 
 
-def push(*items: dict) -> None:
-    async def run() -> None:
-        client = aioredis.Redis.from_url(settings.REDIS_URL)
-        try:
-            pipe = client.pipeline(transaction=False)
-            buffer.add(pipe, items)
-            await pipe.execute()
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
+push = drained_usage  # one drainer batch (tests/support/redisns.py)
 
 
 def obs(key: ApiKey, status: int = 200, ts: float | None = None, **tokens) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -22,6 +21,7 @@ from keys.models import KeyUsage, UsageFold
 from router import observe
 from router import usage as buffer
 from router.redis import sync_client
+from tests.support.redisns import drained_usage, isolated_prefix
 from tests.support.routerproc import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -29,27 +29,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def prefix(settings):
-    settings.ROUTER_REDIS_PREFIX = f"test:usage:{uuid.uuid4().hex}:"
-    yield settings.ROUTER_REDIS_PREFIX
-    client = sync_client()
-    keys = list(client.scan_iter(match=settings.ROUTER_REDIS_PREFIX + "*"))
-    if keys:
-        client.delete(*keys)
+    yield from isolated_prefix(settings, "usage")
 
 
-def push(*items: dict) -> None:
-    """One drainer batch: `usage.add` on a real pipeline, then execute."""
-
-    async def run() -> None:
-        client = aioredis.Redis.from_url(settings.REDIS_URL)
-        try:
-            pipe = client.pipeline(transaction=False)
-            buffer.add(pipe, items)
-            await pipe.execute()
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
+push = drained_usage  # one drainer batch (tests/support/redisns.py)
 
 
 NOW = time.time()

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-import uuid
 
 import orjson
 import pytest
-from redis.exceptions import RedisError
 
 from router import cluster
 from router.core.backend import BackendSpec
@@ -19,6 +17,7 @@ from router.core.health import HealthPolicy
 from router.core.snapshot import Snapshot
 from router.redis import sync_client
 from router.runtime import Runtime
+from tests.support.redisns import isolated_prefix
 from tests.support.routerproc import wait_until
 
 POLICY = HealthPolicy(failure_threshold=2, cooldown_s=60.0, max_cooldown_s=120.0)
@@ -26,16 +25,7 @@ POLICY = HealthPolicy(failure_threshold=2, cooldown_s=60.0, max_cooldown_s=120.0
 
 @pytest.fixture(autouse=True)
 def prefix(settings):
-    value = f"test:cluster:{uuid.uuid4().hex}:"
-    settings.ROUTER_REDIS_PREFIX = value
-    yield value
-    try:
-        client = sync_client()
-        keys = list(client.scan_iter(match=value + "*"))
-        if keys:
-            client.delete(*keys)
-    except RedisError:
-        pass
+    yield from isolated_prefix(settings, "cluster")
 
 
 def snapshot(revision: int, *names: str) -> Snapshot:

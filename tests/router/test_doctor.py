@@ -21,9 +21,9 @@ from pathlib import Path
 import orjson
 import pytest
 from django.core.management import call_command
-from redis.exceptions import RedisError
 
 from router.redis import sync_client
+from tests.support.redisns import isolated_prefix
 from tests.support.routerproc import PY, ROOT, free_port, migrated_template
 
 pytestmark = pytest.mark.django_db
@@ -45,16 +45,7 @@ backends:
 @pytest.fixture
 def prefix(settings):
     """A Redis namespace of this test only; removed afterwards."""
-    value = f"test:doctor:{uuid.uuid4().hex}:"
-    settings.ROUTER_REDIS_PREFIX = value
-    yield value
-    try:
-        client = sync_client()
-        keys = list(client.scan_iter(match=value + "*"))
-        if keys:
-            client.delete(*keys)
-    except RedisError:
-        pass
+    yield from isolated_prefix(settings, "doctor")
 
 
 @pytest.fixture

@@ -7,25 +7,19 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 
 import pytest
 from django.conf import settings as django_settings
 
 from router import observe, timeseries
 from router.redis import sync_client
+from tests.support.redisns import isolated_prefix
 
 
 @pytest.fixture(autouse=True)
 def prefix(settings):
-    value = f"test:ts:{uuid.uuid4().hex}:"
-    settings.ROUTER_REDIS_PREFIX = value
     observe.drain()  # observations other tests left in this process's queue
-    yield value
-    client = sync_client()
-    keys = list(client.scan_iter(match=value + "*"))
-    if keys:
-        client.delete(*keys)
+    yield from isolated_prefix(settings, "ts")
 
 
 def requests_in_redis() -> int:
