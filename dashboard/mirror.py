@@ -224,7 +224,7 @@ def appproxy_off() -> dict[str, str] | None:
         "legacy": "Legacy worker (one wildcard domain per model): set appproxy.enabled: true with "
         "coordinator_url, api_secret and jwt_secret (as ${ENV_VAR}), authority, hostname and wildcard_domain "
         "(see docs/appproxy.md).",
-        "router": "ROUTER worker (one /v1 for the cluster): " + HOW_TO_ENABLE,
+        "router": "ROUTER worker (one /v1 for the cluster): " + HOW_TO_ENABLE[0].lower() + HOW_TO_ENABLE[1:],
     }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -70,3 +72,13 @@ def orblank(value) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(str(v) for v in value)
     return str(value)
+
+
+@register.filter
+def breakable(value) -> SafeString:
+    """An identifier that may wrap after its separators (`weighted_round_robin`,
+    `router:ab12:`), never inside a word: escaped, then a <wbr> after each _ : -."""
+    text = str(escape("" if value is None else value))
+    for sep in ("_", ":", "-"):
+        text = text.replace(sep, sep + "<wbr>")
+    return mark_safe(text)

@@ -69,7 +69,7 @@ def test_pages_use_no_external_assets(staff, mirror):
 
 def test_overview_shows_the_node(staff, mirror):
     page = staff.get("/dashboard/").content.decode()
-    for text in ("Readiness", "least_latency", "blocking", str(current_revision()), "Uptime"):
+    for text in ("Readiness", "least_<wbr>latency", "blocking", str(current_revision()), "Uptime"):
         assert text in page
     # Not served by a started runtime here (the test client is not ASGI).
     assert "compiled from the DB mirror" in page
@@ -399,3 +399,11 @@ def test_the_appproxy_off_notice_is_gone_once_a_mode_is_enabled(staff):
     }})
     page = staff.get("/dashboard/circuits/").content.decode()
     assert 'id="appproxy-off"' not in page
+
+
+def test_identifiers_wrap_at_their_separators_only_and_stay_escaped():
+    from dashboard.templatetags.dash import breakable
+
+    assert breakable("weighted_round_robin") == "weighted_<wbr>round_<wbr>robin"
+    assert breakable("router:ab12:") == "router:<wbr>ab12:<wbr>"
+    assert breakable("<b>x_y") == "&lt;b&gt;x_<wbr>y"

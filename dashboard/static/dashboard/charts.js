@@ -13,6 +13,12 @@
   "use strict";
   var PALETTE = ["#2f6fed", "#1b8a4a", "#c0362c", "#9a6700", "#6b3fc4", "#17777a", "#d9480f", "#5c677d"];
 
+  // 0.005 → "0.005", 12.345 → "12.35": small rates keep their digits.
+  function fmt(v) {
+    if (v === null || v === undefined) return "–";
+    return String(Math.abs(v) < 1 && v !== 0 ? +v.toPrecision(2) : +v.toFixed(2));
+  }
+
   function count(series) {
     var n = 0;
     series.forEach(function (s) {
@@ -53,10 +59,12 @@
           stroke: PALETTE[i % PALETTE.length],
           width: 1.5,
           spanGaps: false,
-          value: function (u, v) { return v === null || v === undefined ? "–" : (+v.toFixed(2)) + (unit ? " " + unit : ""); },
+          // A point where a line has no neighbour to join (one busy minute) still shows.
+          points: { show: true, size: 4 },
+          value: function (u, v) { return v === null || v === undefined ? "–" : fmt(v) + (unit ? " " + unit : ""); },
         };
       })),
-      axes: [{}, { size: 60, values: function (u, vals) { return vals.map(function (v) { return +v.toFixed(2); }); } }],
+      axes: [{}, { size: 60, values: function (u, vals) { return vals.map(fmt); } }],
       scales: { x: { time: true } },
       legend: { live: true },
     };
