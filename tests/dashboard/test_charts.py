@@ -5,17 +5,14 @@ a router process serving the official openai SDK."""
 from __future__ import annotations
 
 import re
-import subprocess
-import uuid
 
-import httpx
 import openai
 import pytest
 from django.contrib.auth.models import User
 
 from tests.router.test_timeseries import drain_through, obs
 from tests.support.redisns import drop_prefix
-from tests.support.routerproc import PY, ROOT, wait_until
+from tests.support.routerproc import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -107,30 +104,6 @@ health:
 """
 
 
-def staff_session(router) -> httpx.Client:
-    """A staff user in the router's own DB, signed in through the admin login."""
-    password = uuid.uuid4().hex
-    subprocess.run(
-        [PY, "manage.py", "createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com"],
-        cwd=ROOT,
-        env={**router.env, "DJANGO_SUPERUSER_PASSWORD": password},
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    session = httpx.Client(base_url=router.url, timeout=10)
-    session.get("/admin/login/")
-    resp = session.post(
-        "/admin/login/?next=/dashboard/",
-        data={
-            "username": "ops",
-            "password": password,
-            "csrfmiddlewaretoken": session.cookies["csrftoken"],
-            "next": "/dashboard/",
-        },
-    )
-    assert resp.status_code == 302 and resp.headers["location"] == "/dashboard/", resp.text[:300]
-    return session
 
 
 def test_end_to_end_sdk_requests_appear_in_the_charts(request, openai_backends, router_factory):
@@ -154,7 +127,7 @@ def test_end_to_end_sdk_requests_appear_in_the_charts(request, openai_backends, 
     out_tokens += chunks[-1].usage.completion_tokens
     assert out_tokens > 0
 
-    session = staff_session(router)
+    session = router.staff_session()
 
     def totals(metric: str, **params: str) -> dict[str, int]:
         body = session.get(f"/dashboard/charts/{metric}.json", params={"window": "15m", **params}).json()

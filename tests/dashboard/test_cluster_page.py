@@ -77,7 +77,6 @@ def test_the_backends_page_names_its_process_and_links_to_the_cluster(staff, set
 
 # -- end to end ----------------------------------------------------------------
 
-PASSWORD = "pw-" + uuid.uuid4().hex
 
 
 def config(url: str) -> str:
@@ -88,29 +87,6 @@ def config(url: str) -> str:
     )
 
 
-def staff_session(proc: RouterProc) -> httpx.Client:
-    out = proc.manage(
-        "shell",
-        "-c",
-        (
-            "from django.contrib.auth.models import User;"
-            f"User.objects.filter(username='op').exists() or User.objects.create_superuser('op', 'op@x', '{PASSWORD}')"
-        ),
-    )
-    assert out.returncode == 0, out.stderr
-    client = httpx.Client(base_url=proc.url, timeout=10)
-    client.get("/admin/login/")
-    response = client.post(
-        "/admin/login/?next=/dashboard/",
-        data={
-            "username": "op",
-            "password": PASSWORD,
-            "next": "/dashboard/",
-            "csrfmiddlewaretoken": client.cookies["csrftoken"],
-        },
-    )
-    assert response.status_code == 302 and response.headers["location"] == "/dashboard/", response.text[:500]
-    return client
 
 
 def cluster_of(client: httpx.Client) -> dict:
@@ -141,7 +117,7 @@ def test_two_router_processes_see_each_other_and_the_backend_one_of_them_cannot_
                 with pytest.raises(APIStatusError) as refused:
                     sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
                 assert refused.value.status_code >= 500
-        sessions = {"one": staff_session(one), "two": staff_session(two)}
+        sessions = {"one": one.staff_session(), "two": two.staff_session()}
         ids = {}
         for name in ("one", "two"):
             rendered_by = re.search(r'id="rendered-by">([^<]+)<', sessions[name].get("/dashboard/backends/").text)

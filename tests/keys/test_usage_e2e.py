@@ -12,8 +12,6 @@ import csv
 import io
 import json
 import re
-import subprocess
-import uuid
 
 import httpx
 import openai
@@ -22,7 +20,7 @@ import redis
 
 from fakes import openai_backend
 from tests.keys.e2e import create_key, sdk
-from tests.support.routerproc import PY, ROOT, RouterProc, wait_until
+from tests.support.routerproc import RouterProc, wait_until
 
 CONFIG = """
 backends:
@@ -89,27 +87,6 @@ def keyusage_csv(proc: RouterProc, *args: str) -> dict[str, list[int]]:
     return totals
 
 
-def staff_client(proc: RouterProc) -> httpx.Client:
-    """A signed-in staff session on the router's own dashboard."""
-    user, password = f"op{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-    made = subprocess.run(
-        [PY, "manage.py", "createsuperuser", "--noinput", "--username", user, "--email", "op@example.com"],
-        cwd=ROOT,
-        env={**proc.env, "DJANGO_SUPERUSER_PASSWORD": password},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stderr
-    client = httpx.Client(base_url=proc.url, timeout=30)
-    page = client.get("/admin/login/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-    done = client.post(
-        "/admin/login/?next=/dashboard/",
-        data={"csrfmiddlewaretoken": token, "username": user, "password": password, "next": "/dashboard/"},
-    )
-    assert done.status_code == 302, done.text[:500]
-    return client
 
 
 def page_totals(client: httpx.Client, ref: str) -> list[int]:
@@ -187,7 +164,7 @@ def test_usage_per_key_equals_what_the_backend_reported(router):
     line = next(li for li in table.splitlines() if li.startswith("usage-a "))
     assert line.split()[1:7] == [a, "operator", *map(str, expected[a])]
 
-    web = staff_client(router)
+    web = router.staff_session()
     assert page_totals(web, a) == expected[a]
     assert page_totals(web, b) == expected[b]
     assert csv_totals(web, "/dashboard/keys/usage.csv?days=1") == expected

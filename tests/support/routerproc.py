@@ -168,6 +168,26 @@ class RouterProc:
         return subprocess.run([PY, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
                               text=True, timeout=60)
 
+    def staff_session(self) -> httpx.Client:
+        """A new superuser in this router's DB, signed in through the real
+        admin login form: a client of the staff-only dashboard."""
+        user, password = f"op{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+        made = subprocess.run(
+            [PY, "manage.py", "createsuperuser", "--noinput", "--username", user, "--email", "op@example.com"],
+            cwd=ROOT, env={**self.env, "DJANGO_SUPERUSER_PASSWORD": password},
+            capture_output=True, text=True, timeout=120,
+        )
+        assert made.returncode == 0, made.stderr
+        client = httpx.Client(base_url=self.url, timeout=30)
+        client.get("/admin/login/")
+        done = client.post(
+            "/admin/login/?next=/dashboard/",
+            data={"username": user, "password": password, "next": "/dashboard/",
+                  "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+        )
+        assert done.status_code == 302 and done.headers["location"] == "/dashboard/", done.text[:500]
+        return client
+
     def __enter__(self) -> RouterProc:
         return self.start()
 
