@@ -127,6 +127,20 @@ def begin(method: str, route: str, endpoint: str, headers: Mapping[str, str]) ->
     return RequestTrace(method, route, endpoint, headers)
 
 
+# Observation field → span attribute (strings, capped; the key itself is never one).
+_OBS_ATTRIBUTES = (
+    ("model", "gen_ai.request.model"),
+    ("request_id", "router.request_id"),
+    ("routed_model", "router.routed_model"),
+    ("served", "gen_ai.response.model"),
+    ("provider", "router.backend"),
+    ("kind", "gen_ai.provider.name"),
+    ("key_source", "router.key_source"),
+    ("queue", "router.queue"),
+    ("error", "error.type"),
+)
+
+
 def _capped(value: Any) -> str:
     text = str(value)
     return text if len(text) <= VALUE_MAX else text[:VALUE_MAX]
@@ -228,25 +242,10 @@ class RequestTrace:
         attrs: dict[str, Any] = {}
         if isinstance(status, int):
             attrs["http.response.status_code"] = status
-        for key, name in (
-            ("model", "gen_ai.request.model"),
-            ("request_id", "router.request_id"),
-            ("routed_model", "router.routed_model"),
-            ("served", "gen_ai.response.model"),
-        ):
+        for key, name in _OBS_ATTRIBUTES:
             value = obs.get(key)
             if value:
                 attrs[name] = _capped(value)
-        for key, name in (
-            ("provider", "router.backend"),
-            ("kind", "gen_ai.provider.name"),
-            ("key_source", "router.key_source"),
-            ("queue", "router.queue"),
-            ("error", "error.type"),
-        ):
-            value = obs.get(key)
-            if value:
-                attrs[name] = str(value)
         if obs.get("kind"):
             attrs["gen_ai.system"] = str(obs["kind"])
         if obs.get("attempts") is not None:
