@@ -103,6 +103,7 @@ class CoordinatorClient:
         worker_path: bool = False,
         params: dict[str, str] | None = None,
         allow_304: bool = False,
+        raw: bool = False,
     ) -> Any:
         headers = {
             "X-BackendAI-Token": self._secret.reveal(),
@@ -122,8 +123,10 @@ class CoordinatorClient:
         if response.status_code == 304 and allow_304:
             return NOT_MODIFIED
         if response.status_code == 200:
+            if raw:
+                return response.content
             try:
-                return response.json()
+                return orjson.loads(response.content)
             except ValueError as exc:
                 raise CoordinatorError(f"{method} {path}: the answer is not JSON", status=200) from exc
         title, code = _describe(response)
@@ -195,18 +198,42 @@ class CoordinatorClient:
         than removed, so one odd circuit never tears down a working one."""
         return parse_circuit_items(self.circuit_items(worker_id)[0])
 
+    def circuit_body(self, worker_id: str) -> CircuitBody:
+        """``GET /api/worker/{id}/circuits`` as received: its digest now, the
+        items only when asked (a pull that finds the digest it applied last
+        skips parsing several MB of JSON)."""
+        path = f"/api/worker/{worker_id}/circuits"
+        return CircuitBody(self._call("GET", path, worker_path=True, raw=True), f"GET {path}")
+
     def circuit_items(self, worker_id: str) -> tuple[list[Any], str]:
-        """The circuits as received, unparsed, and a digest of them: a pull
-        that finds the digest it applied last can skip parsing them."""
-        data = self._call("GET", f"/api/worker/{worker_id}/circuits", worker_path=True)
+        """The circuits as received, unparsed, and a digest of the answer."""
+        body = self.circuit_body(worker_id)
+        return body.items(), body.digest
+
+
+class CircuitBody:
+    """One circuits answer: the SHA-256 of its bytes, and its items parsed on demand.
+
+    The digest is of the bytes, not of the parsed items: the same state sent
+    twice is the same bytes from one coordinator; if it were not (another key
+    order), the pull only takes the full path, never a wrong one."""
+
+    __slots__ = ("_raw", "_what", "digest")
+
+    def __init__(self, raw: bytes, what: str) -> None:
+        self._raw = raw
+        self._what = what
+        self.digest = hashlib.sha256(raw).hexdigest()
+
+    def items(self) -> list[Any]:
+        try:
+            data = orjson.loads(self._raw)
+        except ValueError as exc:
+            raise CoordinatorError(f"{self._what}: the answer is not JSON", status=200) from exc
         items = data.get("circuits") if isinstance(data, dict) else None
         if not isinstance(items, list):
-            raise CoordinatorError(f"GET /api/worker/{worker_id}/circuits: no 'circuits' list")
-        try:
-            digest = hashlib.sha256(orjson.dumps(items, option=orjson.OPT_SORT_KEYS)).hexdigest()
-        except TypeError:  # not JSON-serialisable as received (cannot happen for parsed JSON)
-            digest = ""
-        return items, digest
+            raise CoordinatorError(f"{self._what}: no 'circuits' list")
+        return items
 
 
 def parse_circuit_items(items: list[Any]) -> tuple[list[Circuit], set[str], list[str]]:

@@ -103,6 +103,13 @@ class WorkerState(dj.Model):
     def __str__(self) -> str:
         return f"{self.authority} ({self.node_id[:8] or '-'})"
 
+    def with_unchanged_pulls(self) -> WorkerState:
+        """This row with the unchanged pulls kept in Redis (appproxy.pulls)
+        overlaid, in memory: the pull time and count a reader should show."""
+        from .pulls import overlay
+
+        return overlay(self)
+
 
 class Publication(dj.Model):
     """A ROUTER-mode model publication as the coordinator last sent it

@@ -38,7 +38,7 @@ from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coor
 from router.core.backend import BackendSpec
 from router.revision import BACKEND, bump_revision, changes_since, current_revision, lock_revision, touch
 
-from . import router_metrics
+from . import pulls, router_metrics
 from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
 from .models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
 from .plan import Plan
@@ -253,7 +253,8 @@ def router_pull_and_apply(
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first()
         known = (row.revision or None) if row is not None else None
-        items, digest = client.circuit_items(worker_id)
+        body = client.circuit_body(worker_id)
+        digest = body.digest
         try:
             snap = _fetch_snapshot(client, worker_id, known)
         except CoordinatorError:
@@ -265,15 +266,21 @@ def router_pull_and_apply(
         if snap is None and row is not None and row.first_pull_applied and _unchanged_since(_pulled.get(memo), digest):
             # Nothing changed: the same circuits as the pull this process last
             # applied, router-config 304, and no writer changed circuits,
-            # publications or backends since (the change log says). Only the
-            # node's own pull time and count are written (they schedule the next pull).
-            with transaction.atomic():
-                _record_pull(authority, node_id, None)
-                WorkerState.objects.filter(pk=row.pk).update(last_pull_at=timezone.now())
+            # publications or backends since (the change log says). Nothing is
+            # parsed and nothing is written to the DB: the pull time that
+            # schedules the next pull goes to Redis (appproxy.pulls), or to the
+            # row when Redis is down. A requested pull clears its request.
+            if pulls.note_unchanged(authority, node_id):
+                router_metrics.record_pull("304")
+            else:
+                with transaction.atomic():
+                    _record_pull(authority, node_id, None)
+                    WorkerState.objects.filter(pk=row.pk).update(last_pull_at=timezone.now())
+            if row.pull_requested_at is not None:
                 WorkerState.objects.filter(pk=row.pk, pull_requested_at__lte=started).update(pull_requested_at=None)
             return ApplyResult(plan=Plan())
         _pulled.pop(memo, None)
-        circuits, failed, errors = parse_circuit_items(items)
+        circuits, failed, errors = parse_circuit_items(body.items())
         for error in errors:
             log.warning("appproxy_router: pulled circuit skipped: %s", error)
         try:

@@ -103,6 +103,7 @@ def _live(authority: str, node_id: str) -> dict[str, Any]:
     close_old_connections()
     try:
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first() if node_id else None
+        row = row.with_unchanged_pulls() if row is not None else None
         plan = current_plan(authority)
         nodes = list(WorkerState.objects.filter(authority=authority).values("node_id", "status", "last_heartbeat_at"))
         events = [

@@ -64,6 +64,7 @@ def _rows(authority: str, node_id: str):
 
 
 def view(row: WorkerState) -> lifecycle.View:
+    row.with_unchanged_pulls()  # an unchanged pull's time lives in Redis
     return lifecycle.View(
         worker_id=row.worker_id,
         node_id=row.node_id,

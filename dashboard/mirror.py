@@ -356,7 +356,7 @@ def router_worker_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
     s, node_id, plan = reading["settings"], reading["node_id"], reading["plan"]
     now = timezone.now()
     try:
-        states = list(cls.objects.filter(authority=s.authority).order_by("pk")) if cls else []
+        states = [w.with_unchanged_pulls() for w in cls.objects.filter(authority=s.authority).order_by("pk")] if cls else []
         pub_cls = model("Publication")
         publications = pub_cls.objects.filter(authority=s.authority).count() if pub_cls else 0
         keys = coordinator_key_count()

@@ -1,7 +1,9 @@
 """A ROUTER reconcile pull that finds nothing changed neither parses the
-circuits again nor touches the mirror: it writes only the node's own pull
-time and count (which schedule the next pull), and bumps no revision; one
-that finds a change applies it. Real fake coordinator (HTTP), real DB, Redis.
+circuits again nor touches the mirror, and writes nothing to the DB: its
+pull time and count (which schedule the next pull) go to Redis, and every
+reader of the node's row sees them; it bumps no revision. With Redis down it
+writes the row instead. One that finds a change applies it. Real fake
+coordinator (HTTP), real DB, Redis.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
-from appproxy import router_services
+from appproxy import pulls, router_services, worker
 from appproxy.client import CoordinatorClient
 from appproxy.models import WorkerState
 from appproxy.router_wire import router_registration
@@ -20,6 +22,7 @@ from fakes import openai_backend
 from keys.services import key_create
 from router.core.secret import Secret
 from router.models import Backend
+from router.redis import sync_client
 from router.revision import current_revision
 
 from .router_support import RouterManager
@@ -84,23 +87,28 @@ def writes(fn):
     return result, set(tables)
 
 
-def test_a_pull_that_finds_nothing_changed_writes_only_the_nodes_pull_time(setup):
+def test_a_pull_that_finds_nothing_changed_writes_nothing_to_the_db(setup):
     first = pull(setup)
     assert first.changed and [b.models for b in Backend.objects.all()] == [["chat"]]
     revision = current_revision()
-    pulls = WorkerState.objects.get(node_id="n1").pulls_unchanged
+    stored = WorkerState.objects.get(node_id="n1")
+    pulls, applied_at = stored.pulls_unchanged, stored.last_pull_at
 
     again, tables = writes(lambda: pull(setup))
     assert not again.changed and current_revision() == revision
-    assert tables == {"appproxy_workerstate"} and "appproxy_circuit" not in READS  # not even parsed
+    assert tables == set() and "appproxy_circuit" not in READS  # not even parsed
     row = WorkerState.objects.get(node_id="n1")
-    assert row.pulls_unchanged == pulls + 1 and row.last_pull_result == "304"
+    assert (row.pulls_unchanged, row.last_pull_at) == (pulls, applied_at)  # the row is as the full pull left it
+    seen = row.with_unchanged_pulls()  # what the schedule, /status and the dashboard read
+    assert seen.pulls_unchanged == pulls + 1 and seen.last_pull_result == "304" and seen.last_pull_at > applied_at
+    view = worker.view(WorkerState.objects.get(node_id="n1"))
+    assert view.last_pull == seen.last_pull_at.timestamp()  # the next pull is scheduled from the unchanged one
 
     # A write that touches no circuit, publication or backend (an operator
     # key) does not make the next unchanged pull apply again.
     key_create(name="ops")
     later, tables = writes(lambda: pull(setup))
-    assert not later.changed and tables == {"appproxy_workerstate"} and "appproxy_circuit" not in READS
+    assert not later.changed and tables == set() and "appproxy_circuit" not in READS
     revision = current_revision()
 
     # One change at the coordinator (a second replica): the next pull applies it.
@@ -109,3 +117,17 @@ def test_a_pull_that_finds_nothing_changed_writes_only_the_nodes_pull_time(setup
     assert changed.changed and current_revision() == revision + 1
     assert "router_backend" in tables
     assert (len(changed.plan.add), len(changed.plan.remove)) == (2, 1)  # the list is replaced: new route ids
+
+
+def test_when_redis_refuses_the_record_an_unchanged_pull_writes_the_row(setup):
+    pull(setup)
+    before = WorkerState.objects.get(node_id="n1")
+    # A real Redis error at the record (a value of the wrong type in its key);
+    # the reconcile lock, which also needs Redis, is taken before it.
+    sync_client().set(pulls._key(setup.settings.authority, "n1"), "not a hash")
+    again, tables = writes(lambda: pull(setup))
+    assert not again.changed and tables == {"appproxy_workerstate"}
+    row = WorkerState.objects.get(node_id="n1")
+    assert row.pulls_unchanged == before.pulls_unchanged + 1 and row.last_pull_result == "304"
+    assert row.last_pull_at > before.last_pull_at
+    assert row.with_unchanged_pulls().last_pull_at == row.last_pull_at  # unreadable: the row as it is
