@@ -136,8 +136,10 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("ROUTER_CELERY_QUEUE") or ROUTER_REDI
 # What `runnode` writes for the web processes to show (children, restarts).
 ROUTER_NODE_STATE_FILE = VAR_DIR / "node-state.json"
 ROUTER_POLL_SECONDS = float(os.environ.get("ROUTER_POLL_SECONDS", "2"))
-# Watch the YAML file's mtime (1 s) and apply edits without a restart.
+# Watch the YAML file's mtime and apply edits without a restart: the tasks
+# process looks every ROUTER_CONFIG_POLL_SECONDS (0: only the 1 s beat tick).
 ROUTER_WATCH_CONFIG = os.environ.get("ROUTER_WATCH_CONFIG", "1") not in {"0", "false", "no"}
+ROUTER_CONFIG_POLL_SECONDS = float(os.environ.get("ROUTER_CONFIG_POLL_SECONDS", "0.025"))
 
 LOG_LEVEL = os.environ.get("ROUTER_LOG_LEVEL", "INFO")
 LOGGING = {

@@ -1,9 +1,13 @@
 """The one writer of the operator YAML: the tasks process.
 
 The tasks process (Celery worker + embedded beat) applies the file once when
-it starts and then every second when the file changed (`router.sync_config`,
-on the beat schedule in config/celery.py), through the digest-checked
-`config_sync`. A web process only runs the same digest-checked sync once at
+it starts, then whenever the file changed: a thread of its own looks at the
+file's (mtime, size) every `ROUTER_CONFIG_POLL_SECONDS` (0.025 s, one stat
+call) and applies an edit once it held for one more look, so within about
+50 ms; the beat task `router.sync_config` (every second, config/celery.py)
+is the backstop when that thread is off. Both go through the digest-checked,
+incremental `config_sync` (only the backends whose text changed are compared
+and written). A web process only runs the same digest-checked sync once at
 start (router/runtime.py), so the first request never waits for the tasks
 process; every reader — web processes, appproxy's tasks and events — reads
 the compiled document from the DB (ConfigDocument), never the file.
@@ -31,6 +35,7 @@ from pathlib import Path
 from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
+from django.db import close_old_connections
 from redis.exceptions import RedisError
 
 from .config_schema import ConfigError
@@ -75,7 +80,7 @@ def sync_file(*, force_read: bool = False) -> bool:
         if not force_read and stat == _seen["stat"]:
             return False
         try:
-            changed = config_sync(path)
+            changed = config_sync(path, incremental=True)
         except ConfigError as exc:
             _seen["stat"] = stat
             log.error("config file not applied: %s", exc)
@@ -98,16 +103,63 @@ def sync_file(*, force_read: bool = False) -> bool:
 
 @shared_task(name="router.sync_config", ignore_result=True)
 def sync_config() -> bool:
-    """Beat, every second: apply the YAML when it changed (ROUTER_WATCH_CONFIG)."""
+    """Beat, every second: apply the YAML when it changed (ROUTER_WATCH_CONFIG),
+    unless the watcher thread runs."""
     if not settings.ROUTER_WATCH_CONFIG:
         return False
+    thread = _watcher.get("thread")
+    if isinstance(thread, threading.Thread) and thread.is_alive():
+        return False  # the watcher thread has it (and waits for the file to settle)
     return sync_file()
+
+
+def _watch(interval: float, stop: threading.Event) -> None:
+    """Until ``stop``: apply the file once its (mtime, size) changed and then
+    held for one more look (an editor that truncates and rewrites in place is
+    never read half-written: a short file would remove backends)."""
+    pending = None
+    while not stop.wait(interval):
+        try:
+            stat = _stat(resolve_config_path())
+            if stat == _seen["stat"] or stat != pending:
+                pending = stat if stat != _seen["stat"] else None
+                continue
+            pending = None
+            sync_file()
+        except Exception:  # the next look, or the beat task, tries again
+            log.exception("config file not applied")
+        finally:
+            close_old_connections()
+
+
+_watcher: dict[str, object] = {}
+
+
+def start_watcher() -> threading.Thread | None:
+    """The quick watcher thread (once per process; none when watching is off)."""
+    interval = settings.ROUTER_CONFIG_POLL_SECONDS
+    if not settings.ROUTER_WATCH_CONFIG or interval <= 0 or "thread" in _watcher:
+        return None
+    stop = threading.Event()
+    thread = threading.Thread(target=_watch, args=(interval, stop), name="router-config-watch", daemon=True)
+    _watcher.update(thread=thread, stop=stop)
+    thread.start()
+    return thread
+
+
+def stop_watcher() -> None:
+    stop, thread = _watcher.pop("stop", None), _watcher.pop("thread", None)
+    if isinstance(stop, threading.Event):
+        stop.set()
+    if isinstance(thread, threading.Thread):
+        thread.join(timeout=5)
 
 
 @worker_ready.connect
 def _sync_at_start(**_kwargs: object) -> None:
-    """The tasks process applies the file before its first tick."""
+    """The tasks process applies the file before its first tick, then watches it."""
     try:
         sync_file(force_read=True)
     except Exception:  # the beat task retries; never keep the worker from starting
         log.exception("config file not applied at start")
+    start_watcher()

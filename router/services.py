@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +72,22 @@ def _extra(raw: dict, parsed) -> dict:
     return extra
 
 
-def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
+def config_sync(path: Path | None = None, *, force: bool = False, incremental: bool = False) -> bool:
     """Apply the YAML file to the DB mirror. Returns True when something changed.
 
     Raises ConfigError (naming file, key and fix) on an invalid file; the
     previous state is then kept untouched.
+
+    ``incremental`` (the tasks process, the file's one writer, on every
+    edit): remember this parse, and next time compare only the backends whose
+    text changed since (when the DB still holds what this process applied).
     """
     path = path or resolve_config_path()
     text = path.read_bytes() if path.exists() else b""
     digest = hashlib.sha256(_MIRROR_FORMAT + text).hexdigest()
     if not force and ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).exists():
         return False  # already applied (checked again under the lock below); no parse
-    model, raw = load(path)
+    model, raw = load(path, remember=incremental)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
 
@@ -90,16 +95,36 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
         doc, _ = ConfigDocument.objects.select_for_update().get_or_create(pk=1)
         if doc.digest == digest and doc.path == str(path) and not force:
             return False
-        foreign = {b.name for b in model.backends} & set(
-            Backend.objects.exclude(source=Source.CONFIG).values_list("name", flat=True)
-        )
+        backends = model.backends
+        # The DB holds what this process applied last (same file, same
+        # digest): only the backends whose parse changed need a look. The
+        # parse hands back the very same objects for unchanged items, so
+        # "changed" is "not one of the objects applied last".
+        last = _applied.get(str(path)) if incremental else None
+        if last is not None and not force and doc.digest == last.digest and doc.path == str(path):
+            fresh = [i for i, b in enumerate(backends) if id(b) not in last.names]
+            now_ids = {id(b) for b in backends}
+            old = {name for oid, name in last.names.items() if oid not in now_ids}
+            new_names = {backends[i].name for i in fresh}
+            scope: set[str] | None = new_names | old
+            new_names -= old  # renamed or added: not a config row yet
+            wanted = {backends[i].name: (raw_backends[i], backends[i]) for i in fresh}
+        else:
+            scope = None
+        if scope is None or len(scope) > _MAX_SCOPE:  # a large rewrite: compare everything (no huge IN lists)
+            scope = None
+            wanted = {b.name: (rb, b) for rb, b in zip(raw_backends, backends, strict=True)}
+            new_names = set(wanted)
+        others = Backend.objects.exclude(source=Source.CONFIG)
+        if scope is not None:
+            others = others.filter(name__in=list(new_names))
+        foreign = new_names & set(others.values_list("name", flat=True))
         if foreign:
             raise ConfigError(
                 f"{path}: backends: name(s) {sorted(foreign)} already belong to another "
                 "source (admin or appproxy); rename them in the YAML"
             )
-        wanted = {b.name: (rb, b) for rb, b in zip(raw_backends, model.backends, strict=True)}
-        touched = _write_config_backends(wanted)
+        touched = _write_config_backends(wanted, scope)
         if doc.document != document:
             touch(DOCUMENT, path.name)
         elif not touched:
@@ -109,19 +134,41 @@ def config_sync(path: Path | None = None, *, force: bool = False) -> bool:
         doc.document = document
         doc.save()
         bump_revision(f"config {path.name}")
-    log.info("config applied", extra={"path": str(path), "backends": len(wanted)})
+        if incremental:
+            applied = _Applied(digest, {id(b): b.name for b in backends}, backends)
+            transaction.on_commit(lambda: _applied.update({str(path): applied}))
+    log.info("config applied", extra={"path": str(path), "backends": len(backends), "written": touched})
     return True
 
 
-def _write_config_backends(wanted: dict[str, tuple[dict, Any]]) -> int:
+_MAX_SCOPE = 2000
+
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    """The last sync of one file this process committed."""
+
+    digest: str
+    names: dict[int, str]  # id of each parsed backend → its name
+    keep: list[Any]  # the parsed backends themselves: their ids stay theirs
+
+
+_applied: dict[str, _Applied] = {}  # config path → its last sync here
+
+
+def _write_config_backends(wanted: dict[str, tuple[dict, Any]], scope: set[str] | None = None) -> int:
     """Make the `config` Backend rows equal `wanted` (name → (raw, parsed)),
-    writing only the rows that differ; returns how many were written."""
-    rows = {row.name: row for row in Backend.objects.filter(source=Source.CONFIG)}
+    writing only the rows that differ; returns how many were written. With
+    ``scope``, only those names are compared (the rest are known equal)."""
+    rows_q = Backend.objects.filter(source=Source.CONFIG)
+    if scope is not None:
+        rows_q = rows_q.filter(name__in=list(scope))
+    rows = {row.name: row for row in rows_q}
     gone = [name for name in rows if name not in wanted]
     now = timezone.now()
     added: list[Backend] = []
     changed: list[Backend] = []
-    for name, (rb, parsed) in wanted.items():
+    for name in wanted if scope is None else (n for n in scope if n in wanted):
+        rb, parsed = wanted[name]
         fields = _backend_fields(rb, parsed)
         row = rows.get(name)
         discovered = ((row.extra if row is not None else None) or {}).get("discovered")
