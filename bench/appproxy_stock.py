@@ -93,9 +93,12 @@ def stock_python(python: str | None) -> Path:
     base = python or (DEFAULT_PYTHON if Path(DEFAULT_PYTHON).exists() else shutil.which("python3.13"))
     if not base:
         raise Unavailable(f"{STOCK_PACKAGE} needs Python >= 3.13; none found (give --python)")
-    version = subprocess.run(
-        [base, "-c", "import sys; print(sys.version_info >= (3, 13))"], capture_output=True, text=True
-    )
+    try:
+        version = subprocess.run(
+            [base, "-c", "import sys; print(sys.version_info >= (3, 13))"], capture_output=True, text=True
+        )
+    except OSError as exc:
+        raise Unavailable(f"cannot run {base}: {exc}") from exc
     if version.stdout.strip() != "True":
         raise Unavailable(f"{base} is not Python >= 3.13, which {STOCK_PACKAGE} needs")
     try:
