@@ -32,6 +32,7 @@ lean_app = LeanASGIHandler()
 static_app = ASGIStaticFilesHandler(django_app)
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 server.settle_gc()  # what the imports built is kept for the process's life
+server.share_the_interpreter()  # the loop waits at most ~1 ms for a busy thread
 
 
 async def application(scope, receive, send):
