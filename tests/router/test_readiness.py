@@ -53,8 +53,10 @@ def _revision(proc: RouterProc) -> int | None:
 
 
 def _chat(proc: RouterProc) -> httpx.Response:
+    # A node that is not ready holds a request up to 10 s for its first
+    # snapshot (admission.ready_snapshot) before the 503: wait longer than that.
     return httpx.post(
         proc.url + "/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        timeout=10,
+        timeout=30,
     )
