@@ -313,6 +313,11 @@ def _parse_whole(text: str, source: str) -> tuple[RouterFile, dict[str, Any]]:
     return model, raw
 
 
+# One remembered item: (raw item, parsed item, the ${VAR} values it was
+# parsed with, its name).
+_Item = tuple[Any, BackendConfig, tuple[tuple[str, str | None], ...], str]
+
+
 class _BackendChunks:
     """Parse a large file's ``backends:`` list one item at a time, and keep
     each item's parse for the next time the file is read.
@@ -338,7 +343,6 @@ class _BackendChunks:
     # "\n" + text): CPython's re then scans for it at C speed, which a
     # multi-line ^ does not get (a 2 MB file: about 1 ms instead of 20-120).
     _HEAD = re.compile(r"\nbackends:[ \t]*(?:#[^\n]*)?(?=\n|$)")
-    _RISKY_CHAR = re.compile(r"[&*!]")
     _RISKY = re.compile(r"[\s\[{,:][&*!]\S")  # an anchor, alias or tag
     _MARKER = re.compile(r"\n(?:---|\.\.\.|%)")  # documents, directives
     _CONTENT = re.compile(r"\n(?![ \t]*(?:#|\n|$))")  # a line that is not blank or a comment
@@ -346,15 +350,16 @@ class _BackendChunks:
     _ITEM = re.compile(r"-(?:[ \n]|$)")
 
     def __init__(self) -> None:
-        self._memo: dict[Any, tuple[Any, BackendConfig]] = {}
+        self._memo: dict[str, _Item] = {}
         self._lock = threading.Lock()
 
-    def split(self, text: str) -> tuple[str, list[str]] | None:
-        """(the file without the items, the items' texts), or None."""
+    def split(self, text: str) -> tuple[str, int, list[str]] | None:
+        """(the file without the items, their indentation, the text after each
+        item's dash), or None."""
         t = "\n" + text
         if "\r" in t or t.startswith("\n\ufeff") or self._MARKER.search(t):
             return None
-        if self._RISKY_CHAR.search(t) and self._RISKY.search(t):
+        if ("&" in t or "*" in t or "!" in t) and self._RISKY.search(t):
             return None
         heads = list(self._HEAD.finditer(t))
         if len(heads) != 1:
@@ -376,17 +381,20 @@ class _BackendChunks:
         bad = re.compile((rf"\n {{0,{k - 1}}}[^ \n#]|" if k else "") + rf"\n {{{k}}}(?:[^ \n#-]|-[^ \n])")
         if bad.search(block):
             return None
-        starts = [m.start() + 1 for m in re.finditer(rf"\n {{{k}}}-(?=[ \n]|$)", block)]
-        if len(starts) < self.MIN_ITEMS:
+        # With no bad line, every newline + k spaces + "-" starts an item
+        # (str.split: one C pass). The block starts with one, so the first
+        # part is empty; an item's text is what follows its dash.
+        items = block.split("\n" + " " * k + "-")[1:]
+        if len(items) < self.MIN_ITEMS:
             return None
-        items = [block[a:b] for a, b in zip(starts, [*starts[1:], len(block)], strict=True)]
-        return t[1:start] + t[end:], items
+        return t[1:start] + t[end:], k, items
 
     def parse(self, text: str, *, remember: bool) -> tuple[RouterFile, dict[str, Any]] | None:
         split = self.split(text)
         if split is None:
             return None
-        rest, items = split
+        rest, k, items = split
+        dash = " " * k + "-"
         try:
             raw = yaml.load(rest, Loader=_LOADER)
         except yaml.YAMLError:
@@ -394,35 +402,41 @@ class _BackendChunks:
         if not isinstance(raw, dict) or raw.get("backends") is not None:
             return None
         with self._lock:
-            memo = self._memo
-            fresh: dict[Any, tuple[Any, BackendConfig]] = {}
-            raws: list[Any] = []
-            models: list[BackendConfig] = []
-            for i, item in enumerate(items):
-                # The key: the text, and the values of the ${VAR}s it names.
-                key = (item, tuple((n, os.environ.get(n)) for n in _ENV.findall(item))) if "${" in item else item
-                hit = memo.get(key) or fresh.get(key)
+            # Set and list operations over the item texts (C loops): an edit
+            # of one item in 20,000 costs a few ms, not a Python step per item.
+            memo = self._memo if remember else {}
+            if len(memo) > len(items) + self.MIN_ITEMS:  # refused edits left items behind
+                memo = {item: memo[item] for item in items if item in memo}
+            templated = [item for item in items if "${" in item] if "${" in text else []
+            for item in templated:  # its parse holds the variables' values of its time
+                hit = memo.get(item)
+                if hit is not None and hit[2] != _env_values(item):
+                    del memo[item]
+            for item in set(items).difference(memo):
+                hit = self._one(dash + item)
                 if hit is None:
-                    hit = self._one(item, i)
-                    if hit is None:
-                        return None  # the whole-file parse says what is wrong
-                fresh[key] = hit
-                raws.append(hit[0])
-                models.append(hit[1])
+                    return None  # the whole-file parse says what is wrong
+                memo[item] = hit
+            pairs = list(map(memo.__getitem__, items))
+            models: list[BackendConfig] = [pair[1] for pair in pairs]
             try:
                 # The other sections, validated as usual; the backends are
                 # validated already (one by one) and only need to be unique.
                 model = RouterFile.model_validate(interpolate({k: v for k, v in raw.items() if k != "backends"}))
-                _check_unique(models)
+                if len({pair[3] for pair in pairs}) != len(pairs):
+                    return None  # the whole-file parse names the duplicate
                 model.backends = models
             except (ConfigError, ValidationError, ValueError):
                 return None
-            self._memo = fresh if remember else {}
-        raw["backends"] = raws
+            if remember:
+                if len(memo) > len(items) + self.MIN_ITEMS:  # keep what this file holds (bounded by it)
+                    memo = dict(zip(items, pairs, strict=True))
+                self._memo = memo
+        raw["backends"] = [pair[0] for pair in pairs]
         return model, raw
 
     @staticmethod
-    def _one(item: str, i: int) -> tuple[Any, BackendConfig] | None:
+    def _one(item: str) -> _Item | None:
         try:
             parsed = yaml.load(item, Loader=_LOADER)
         except yaml.YAMLError:
@@ -430,9 +444,15 @@ class _BackendChunks:
         if not isinstance(parsed, list) or len(parsed) != 1 or not isinstance(parsed[0], dict):
             return None
         try:
-            return parsed[0], BackendConfig.model_validate(interpolate(parsed[0], f"backends[{i}]"))
+            model = BackendConfig.model_validate(interpolate(parsed[0], "backends[]"))
         except (ConfigError, ValidationError):
             return None
+        return parsed[0], model, _env_values(item), model.name
+
+
+def _env_values(item: str) -> tuple[tuple[str, str | None], ...]:
+    """The values of the ${VAR}s an item names, as they are now."""
+    return tuple((n, os.environ.get(n)) for n in _ENV.findall(item)) if "${" in item else ()
 
 
 _CHUNKS = _BackendChunks()

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .config_schema import COMMAND_SECTION, ConfigError, load
+from .config_schema import COMMAND_SECTION, ConfigError, load, parse
 from .models import Backend, ConfigDocument, Source
 from .revision import BACKEND, DOCUMENT, NOTHING, bump_revision, touch
 
@@ -86,8 +86,10 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
     text = path.read_bytes() if path.exists() else b""
     digest = hashlib.sha256(_MIRROR_FORMAT + text).hexdigest()
     if not force and ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).exists():
+        if incremental:
+            _remember_applied(path, digest)
         return False  # already applied (checked again under the lock below); no parse
-    model, raw = load(path, remember=incremental)
+    model, raw = _parse_read(path, text, remember=incremental)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
 
@@ -102,9 +104,9 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
         # "changed" is "not one of the objects applied last".
         last = _applied.get(str(path)) if incremental else None
         if last is not None and not force and doc.digest == last.digest and doc.path == str(path):
-            fresh = [i for i, b in enumerate(backends) if id(b) not in last.names]
-            now_ids = {id(b) for b in backends}
-            old = {name for oid, name in last.names.items() if oid not in now_ids}
+            fresh = [i for i, b in enumerate(backends) if id(b) not in last.ids]
+            now_ids = set(map(id, backends))
+            old = {b.name for b in last.keep if id(b) not in now_ids}
             new_names = {backends[i].name for i in fresh}
             scope: set[str] | None = new_names | old
             new_names -= old  # renamed or added: not a config row yet
@@ -135,7 +137,7 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
         doc.save()
         bump_revision(f"config {path.name}")
         if incremental:
-            applied = _Applied(digest, {id(b): b.name for b in backends}, backends)
+            applied = _Applied(digest, set(map(id, backends)), backends)
             transaction.on_commit(lambda: _applied.update({str(path): applied}))
     log.info("config applied", extra={"path": str(path), "backends": len(backends), "written": touched})
     return True
@@ -148,11 +150,40 @@ class _Applied:
     """The last sync of one file this process committed."""
 
     digest: str
-    names: dict[int, str]  # id of each parsed backend → its name
+    ids: set[int]  # id() of each parsed backend
     keep: list[Any]  # the parsed backends themselves: their ids stay theirs
 
 
 _applied: dict[str, _Applied] = {}  # config path → its last sync here
+
+
+def _remember_applied(path: Path, digest: str) -> None:
+    """The file is the one the DB holds (another process applied it, e.g. a
+    web process at start): parse it once so the next edit is incremental."""
+    last = _applied.get(str(path))
+    if last is not None and last.digest == digest:
+        return
+    try:
+        model, _ = _parse_read(path, path.read_bytes(), remember=True, digest=digest)
+    except (ConfigError, OSError):  # it changed since it was read: the next look applies it
+        return
+    _applied[str(path)] = _Applied(digest, set(map(id, model.backends)), model.backends)
+
+
+def _parse_read(path: Path, text: bytes, *, remember: bool, digest: str | None = None):
+    """Parse the very bytes that were digested (a second read could see a
+    newer file under the older digest). A missing file is load()'s error."""
+    if not path.exists():
+        return load(path)
+    if digest is not None and hashlib.sha256(_MIRROR_FORMAT + text).hexdigest() != digest:
+        raise ConfigError(f"{path}: changed while being read")
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if "\r" in decoded:  # as a text-mode read (universal newlines) would give it
+        decoded = decoded.replace("\r\n", "\n").replace("\r", "\n")
+    return parse(decoded, source=str(path), remember=remember)
 
 
 def _write_config_backends(wanted: dict[str, tuple[dict, Any]], scope: set[str] | None = None) -> int:
