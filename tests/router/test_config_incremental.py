@@ -190,3 +190,28 @@ def test_after_every_edit_the_config_rows_equal_the_file(small_files, tmp_path, 
         assert rows() == expected(good), f"after {kind} {n}"
     # The env edit changed the resolved key, never the stored template.
     assert all(r["api_key"] == f"${{{ENV}}}" for r in rows().values())
+
+
+@pytest.mark.django_db
+def test_an_edit_after_another_process_applied_the_file_reads_only_its_rows(small_files, tmp_path, settings):
+    from django.db import connection
+
+    settings.ROUTER_REDIS_PREFIX = f"t{uuid.uuid4().hex[:10]}:"
+    path = tmp_path / f"{uuid.uuid4().hex}.yaml"
+    fleet = {f"b{i}": 100 for i in range(30)}
+    path.write_text(render(fleet))
+    config_sync(path)  # a web process at start: applies it, remembers nothing
+    assert config_sync(path, incremental=True) is False  # the tasks process at start: primes
+    fleet["b7"] = 7
+    path.write_text(render(fleet))
+    reads: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("SELECT") and '"router_backend"' in sql:
+            reads.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert config_sync(path, incremental=True) is True
+    assert reads and all(" IN (" in sql for sql in reads), reads  # never all 30 rows
+    assert rows() == expected(render(fleet))
