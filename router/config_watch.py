@@ -2,12 +2,13 @@
 
 The tasks process (Celery worker + embedded beat) applies the file once when
 it starts, then whenever the file changed: a thread of its own looks at the
-file's (mtime, size) every `ROUTER_CONFIG_POLL_SECONDS` (0.025 s, one stat
-call) and applies an edit once it held for one more look, so within about
-50 ms; the beat task `router.sync_config` (every second, config/celery.py)
-is the backstop when that thread is off. Both go through the digest-checked,
-incremental `config_sync` (only the backends whose text changed are compared
-and written). A web process only runs the same digest-checked sync once at
+file every `ROUTER_CONFIG_POLL_SECONDS` (0.025 s, one stat call) and applies
+a file renamed over the path at once, one rewritten in place once its
+(mtime, size) held for one more look (within about 25 / 50 ms); the beat
+task `router.sync_config` (every second, config/celery.py) is the backstop
+when that thread is off. Both go through the digest-checked, incremental
+`config_sync` (only the backends whose text changed are compared and
+written). A web process only runs the same digest-checked sync once at
 start (router/runtime.py), so the first request never waits for the tasks
 process; every reader — web processes, appproxy's tasks and events — reads
 the compiled document from the DB (ConfigDocument), never the file.
@@ -22,7 +23,7 @@ that could not reach Redis is retried on the next tick.
 
 Invariants: one sync at a time per process (a run that finds another still
 going skips: the next tick retries); the file is re-read only when its
-(mtime, size) changed since the last run, or after a failure of the sync
+(mtime, size, inode) changed since the last run, or after a failure of the sync
 itself (not of the file), so a refused file is reported once per edit.
 """
 
@@ -49,12 +50,19 @@ _lock = threading.Lock()
 _seen: dict[str, object] = {"stat": None}
 
 
-def _stat(path: Path) -> tuple[str, int, int] | None:
+def _stat(path: Path) -> tuple[str, int, int, int] | None:
     try:
         st = path.stat()
     except OSError:
         return None
-    return (str(path), st.st_mtime_ns, st.st_size)
+    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _replaced(stat: tuple | None, seen: object) -> bool:
+    """The path names another file than last time (a rename over it, as
+    os.replace, most editors and a Kubernetes ConfigMap update do): that file
+    was complete before it got the name, so it need not settle."""
+    return stat is not None and isinstance(seen, tuple) and stat[0] == seen[0] and stat[3] != seen[3]
 
 
 def _report(error: str | None) -> bool | None:
@@ -114,20 +122,26 @@ def sync_config() -> bool:
 
 
 def _watch(interval: float, stop: threading.Event) -> None:
-    """Until ``stop``: apply the file once its (mtime, size) changed and then
-    held for one more look (an editor that truncates and rewrites in place is
-    never read half-written: a short file would remove backends)."""
+    """Until ``stop``: apply the file once it changed. A file renamed over
+    the path is applied at once; one rewritten in place (same inode) once
+    its (mtime, size) held for one more look, so a writer that truncates and
+    rewrites is never read half-written (a short file would remove backends)."""
     pending = None
-    while not stop.wait(interval):
+    failing = ""  # the last failure, logged once; looks slow to 1 s meanwhile
+    while not stop.wait(max(interval, 1.0) if failing else interval):
         try:
             stat = _stat(resolve_config_path())
-            if stat == _seen["stat"] or stat != pending:
-                pending = stat if stat != _seen["stat"] else None
+            seen = _seen["stat"]
+            if stat == seen or (stat != pending and not _replaced(stat, seen)):
+                pending = stat if stat != seen else None
                 continue
             pending = None
             sync_file()
-        except Exception:  # the next look, or the beat task, tries again
-            log.exception("config file not applied")
+            failing = ""
+        except Exception as exc:  # e.g. the DB is down: the next look, or the beat task, tries again
+            if str(exc) != failing:
+                log.warning("config file not applied (%s: %s); retrying every second", type(exc).__name__, exc)
+            failing = str(exc) or type(exc).__name__
         finally:
             close_old_connections()
 

@@ -4,6 +4,8 @@ leaves the refusal where every web process can report it."""
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 
 import pytest
@@ -20,6 +22,16 @@ BAD = "backends:\n  - {name: a, url: 'http://h:1', models: [m], wieght: 2}\n"
 
 @pytest.fixture
 def yaml_file(db, tmp_path, settings):
+    yield from _yaml_file(tmp_path, settings)
+
+
+@pytest.fixture
+def yaml_file_tx(transactional_db, tmp_path, settings):
+    """For a test whose writes come from another thread (its own connection)."""
+    yield from _yaml_file(tmp_path, settings)
+
+
+def _yaml_file(tmp_path, settings):
     path = tmp_path / "router.yaml"
     path.write_text(ONE)
     settings.ROUTER_CONFIG = str(path)
@@ -85,3 +97,40 @@ def test_undoing_a_refused_edit_clears_the_refusal_and_bumps_the_revision(yaml_f
     assert current_revision() == revision + 1
     assert config_watch.sync_file(force_read=True) is False  # nothing pending: no further bump
     assert current_revision() == revision + 1
+
+
+def test_the_watcher_thread_applies_a_replaced_and_an_in_place_edit(yaml_file_tx, settings):
+    """The tasks process's quick watcher: a file renamed over the path (a new
+    inode) and one rewritten in place are both applied, without the beat."""
+    yaml_file = yaml_file_tx
+    settings.ROUTER_CONFIG_POLL_SECONDS = 0.02
+    config_watch.sync_file()
+    thread = config_watch.start_watcher()
+    assert thread is not None and thread.is_alive()
+    assert config_watch.start_watcher() is None  # once per process
+    try:
+        tmp = yaml_file.with_suffix(".tmp")
+        tmp.write_text(TWO)
+        os.replace(tmp, yaml_file)
+        _wait(lambda: _names() == {"a", "b"})
+        yaml_file.write_text(ONE.replace("name: a", "name: c"))  # in place: the same inode
+        _wait(lambda: _names() == {"c"})
+        assert config_watch.sync_config() is False  # the beat leaves it to the thread
+    finally:
+        config_watch.stop_watcher()
+    assert not thread.is_alive()
+
+
+def test_only_a_file_renamed_over_the_path_skips_the_settling_look():
+    before = ("/etc/router.yaml", 1, 10, 100)
+    assert config_watch._replaced(("/etc/router.yaml", 2, 11, 101), before)
+    assert not config_watch._replaced(("/etc/router.yaml", 2, 11, 100), before)  # rewritten in place
+    assert not config_watch._replaced(("/other.yaml", 2, 11, 101), before)
+    assert not config_watch._replaced(None, before) and not config_watch._replaced(before, None)
+
+
+def _wait(condition, deadline: float = 30.0) -> None:
+    end = time.monotonic() + deadline
+    while not condition():
+        assert time.monotonic() < end, "not applied in time"
+        time.sleep(0.02)
