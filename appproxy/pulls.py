@@ -14,6 +14,9 @@ one small Redis hash instead, and every reader of the row (the schedule in
   than the row's.
 - With Redis down, ``note_unchanged`` returns False and the caller writes the
   row instead: slower, never wrong.
+- The hash also holds the CPU the node's last pull took (its own thread's,
+  ``time.thread_time``), full or unchanged, for /status: the figure the
+  reconcile's cost targets are about, measured where it is spent.
 """
 
 from __future__ import annotations
@@ -36,12 +39,12 @@ def _key(authority: str, node_id: str) -> str:
     return f"{settings.ROUTER_REDIS_PREFIX}appproxy:pull:{authority}:{node_id}"
 
 
-def note_unchanged(authority: str, node_id: str) -> bool:
-    """Record one unchanged pull; False when Redis could not take it."""
+def note_unchanged(authority: str, node_id: str, cpu_ms: float) -> bool:
+    """Record one unchanged pull (and its CPU); False when Redis could not take it."""
     key = _key(authority, node_id)
     try:
         pipe = sync_client().pipeline(transaction=True)
-        pipe.hset(key, "at", repr(time.time()))
+        pipe.hset(key, mapping={"at": repr(time.time()), "cpu_ms": f"{cpu_ms:.1f}"})
         pipe.hincrby(key, "unchanged", 1)
         pipe.expire(key, TTL_S)
         pipe.execute()
@@ -49,6 +52,18 @@ def note_unchanged(authority: str, node_id: str) -> bool:
         log.warning("appproxy: unchanged pull not recorded in Redis (%s); writing the row", type(exc).__name__)
         return False
     return True
+
+
+def note_cost(authority: str, node_id: str, cpu_ms: float) -> None:
+    """The CPU of a pull that applied (or compared) the full state: shown
+    beside the unchanged ones' (/status ``last_pull_cpu_ms``)."""
+    try:
+        pipe = sync_client().pipeline(transaction=True)
+        pipe.hset(_key(authority, node_id), "cpu_ms", f"{cpu_ms:.1f}")
+        pipe.expire(_key(authority, node_id), TTL_S)
+        pipe.execute()
+    except Exception:  # display only
+        pass
 
 
 def overlay(row: Any) -> Any:
@@ -61,6 +76,7 @@ def overlay(row: Any) -> Any:
     except Exception:
         return row
     try:
+        row.last_pull_cpu_ms = float(raw[b"cpu_ms"]) if b"cpu_ms" in raw else None
         at = float(raw[b"at"])
         unchanged = int(raw.get(b"unchanged", 0))
     except (KeyError, ValueError):

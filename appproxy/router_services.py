@@ -26,6 +26,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -250,6 +251,7 @@ def router_pull_and_apply(
     """Circuits + router-config, applied as the full desired state (§9.4 step 3/5)."""
     authority = settings.authority
     started = timezone.now()
+    cpu0 = time.thread_time()
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first()
         known = (row.revision or None) if row is not None else None
@@ -270,7 +272,7 @@ def router_pull_and_apply(
             # parsed and nothing is written to the DB: the pull time that
             # schedules the next pull goes to Redis (appproxy.pulls), or to the
             # row when Redis is down. A requested pull clears its request.
-            if pulls.note_unchanged(authority, node_id):
+            if pulls.note_unchanged(authority, node_id, (time.thread_time() - cpu0) * 1000):
                 router_metrics.record_pull("304")
             else:
                 with transaction.atomic():
@@ -305,6 +307,7 @@ def router_pull_and_apply(
             raise
         if digest:
             _pulled[memo] = (digest, applied_at)
+    pulls.note_cost(authority, node_id, (time.thread_time() - cpu0) * 1000)
     if snap is not None:
         log.info(
             "appproxy_router: pulled",

@@ -142,6 +142,7 @@ def _live(authority: str, node_id: str) -> dict[str, Any]:
                 last_pull_result=row.last_pull_result or None,
                 pulls_full=row.pulls_full,
                 pulls_unchanged=row.pulls_unchanged,
+                last_pull_cpu_ms=getattr(row, "last_pull_cpu_ms", None),
                 last_error=row.last_error or None,
                 failures=row.failures,
             )

@@ -90,6 +90,7 @@ def writes(fn):
 def test_a_pull_that_finds_nothing_changed_writes_nothing_to_the_db(setup):
     first = pull(setup)
     assert first.changed and [b.models for b in Backend.objects.all()] == [["chat"]]
+    assert WorkerState.objects.get(node_id="n1").with_unchanged_pulls().last_pull_cpu_ms > 0  # a full pull costs
     revision = current_revision()
     stored = WorkerState.objects.get(node_id="n1")
     pulls, applied_at = stored.pulls_unchanged, stored.last_pull_at
@@ -101,6 +102,7 @@ def test_a_pull_that_finds_nothing_changed_writes_nothing_to_the_db(setup):
     assert (row.pulls_unchanged, row.last_pull_at) == (pulls, applied_at)  # the row is as the full pull left it
     seen = row.with_unchanged_pulls()  # what the schedule, /status and the dashboard read
     assert seen.pulls_unchanged == pulls + 1 and seen.last_pull_result == "304" and seen.last_pull_at > applied_at
+    assert seen.last_pull_cpu_ms is not None and seen.last_pull_cpu_ms >= 0  # the pull's own CPU, for /status
     view = worker.view(WorkerState.objects.get(node_id="n1"))
     assert view.last_pull == seen.last_pull_at.timestamp()  # the next pull is scheduled from the unchanged one
 
