@@ -61,7 +61,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from versus import median_of, router_cmd, table, tree_cpu, with_added
+from versus import median_of, router_cmd, summary, table, tree_cpu, with_added
 
 from bench import CHAT, PY, ROOT, free_port, load, start, stop, wait_http
 
@@ -375,6 +375,19 @@ async def measure(
     return out
 
 
+def start_coordinator(redis_port: int):
+    """A fresh fake coordinator per target (its events on the run's Redis)."""
+    from fakes.coordinator import FakeCoordinator
+
+    return FakeCoordinator(
+        api_secret=API_SECRET,
+        jwt_secret=JWT_SECRET,
+        redis_url=f"redis://127.0.0.1:{redis_port}/4",
+        heartbeat_timeout=3600,
+        lost_check_interval=3600,
+    ).start()
+
+
 async def run_stock(
     venv_py: Path,
     *,
@@ -385,15 +398,7 @@ async def run_stock(
     log_level: str,
     profile_dir: Path | None,
 ) -> tuple[dict, dict[str, float]]:
-    from fakes.coordinator import FakeCoordinator
-
-    fc = FakeCoordinator(
-        api_secret=API_SECRET,
-        jwt_secret=JWT_SECRET,
-        redis_url=f"redis://127.0.0.1:{redis_port}/4",
-        heartbeat_timeout=3600,
-        lost_check_interval=3600,
-    ).start()
+    fc = start_coordinator(redis_port)
     authority = f"stock-{uuid.uuid4().hex[:6]}"
     traffic_port = free_port()
     cfg = tmp / f"{authority}.toml"
@@ -439,15 +444,7 @@ async def run_stock(
 async def run_router(
     *, tmp: Path, env: dict, redis_port: int, backend_port: int, duration: float, profile_dir: Path | None
 ) -> tuple[dict, dict[str, float]]:
-    from fakes.coordinator import FakeCoordinator
-
-    fc = FakeCoordinator(
-        api_secret=API_SECRET,
-        jwt_secret=JWT_SECRET,
-        redis_url=f"redis://127.0.0.1:{redis_port}/4",
-        heartbeat_timeout=3600,
-        lost_check_interval=3600,
-    ).start()
+    fc = start_coordinator(redis_port)
     authority = f"router-{uuid.uuid4().hex[:6]}"
     port = free_port()
     (tmp / "router.yaml").write_text(
@@ -495,32 +492,6 @@ async def wait_registered(
 
 
 # -- report ---------------------------------------------------------------------------
-
-
-def summary(results: dict) -> dict:
-    out = {}
-    for target, rows in results.items():
-        if target == "direct":
-            continue
-        out[target] = {
-            "rps": rows["non-stream/16"]["rps"],
-            "cpu_ms_req": rows["non-stream/16"].get("cpu_ms_per_req"),
-            "web_cpu_ms_req": rows["non-stream/16"].get("web_cpu_ms_per_req"),
-            "cpu_ms_stream": rows["stream/16"].get("cpu_ms_per_req"),
-            "web_cpu_ms_stream": rows["stream/16"].get("web_cpu_ms_per_req"),
-            "p50_ms": rows["non-stream/16"]["p50_ms"],
-            "p99_ms": rows["non-stream/16"]["p99_ms"],
-            "p99_over_p50": rows["non-stream/16"].get("p99_over_p50"),
-            "stream_p99_over_p50": rows["stream/16"].get("p99_over_p50"),
-            "added_p50_ms": rows["non-stream/1"].get("added_p50_ms"),
-            "added_first_ms": rows["stream/1"].get("added_first_ms"),
-        }
-    if "router" in out and "stock" in out:
-        ours, theirs = out["router"], out["stock"]
-        out["ratio_router_over_stock"] = {
-            k: ours[k] / theirs[k] for k in ("cpu_ms_req", "cpu_ms_stream") if ours.get(k) and theirs.get(k)
-        }
-    return out
 
 
 def web_column(results: dict) -> str:
@@ -673,7 +644,7 @@ async def main() -> None:
             for t, v in idle_cpu_ms.items()
         )
     )
-    summ = summary(results)
+    summ = summary(results, peer="stock", ratio_key="ratio_router_over_stock")
     for target, value in idle_cpu_ms.items():
         summ[target]["idle_cpu_ms_per_s"] = value["total"]
         summ[target]["idle_cpu_ms_per_s_by_process"] = value

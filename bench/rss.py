@@ -48,6 +48,46 @@ class Sampler:
             flush=True,
         )
 
+    def before_yaml(self) -> None:
+        """What the YAML needs first."""
+
+    async def after_start(self, s: aiohttp.ClientSession) -> None:
+        pass
+
+    async def after_changes(self, s: aiohttp.ClientSession) -> None:
+        pass
+
+    async def run(self) -> dict:
+        """The node from scratch, its state seeded, then the change batches."""
+        import os
+        import subprocess
+
+        env = self.env()
+        try:
+            os.environ.update(env)
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+            self.before_yaml()
+            self.write_yaml()
+            subprocess.run([scale.PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
+            import django
+
+            django.setup()
+            self.start_backends(env)
+            self.seed()
+            async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=120), connector=aiohttp.TCPConnector(limit=64)
+            ) as s:
+                self.start_tasks()
+                await self.cold_start(s, "cold")
+                await self.quiesce(self.args.settle_timeout * 4)
+                self.sample("start", 0)
+                await self.after_start(s)
+                await self.changes(s)
+                await self.after_changes(s)
+        finally:
+            self.teardown()
+        return self.results
+
     async def wait_visible(self, s: aiohttp.ClientSession, probe) -> None:
         seen = await self.visible(s, time.perf_counter(), probe, self.args.change_timeout * 5)
         if None in seen:
@@ -96,42 +136,23 @@ class RouterRss(Sampler, scale.RouterBench):
             await self.wait_visible(s, lambda p, g=good: self.probe_is(s, p, g))
             self.sample("batch", done)
 
-    async def run(self) -> dict:
-        import os
-        import subprocess
+    def before_yaml(self) -> None:
+        self.start_fake()  # the YAML names its port
 
-        env = self.env()
-        try:
-            for k, v in env.items():
-                os.environ[k] = v
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-            self.start_fake()
-            self.write_yaml()
-            subprocess.run([scale.PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
-            import django
+    def seed(self) -> None:
+        n_keys = self.sizes["keys"]
+        self.sizes["keys"] = self.sizes["operator_keys"]
+        self.bulk_keys()
+        self.sizes["keys"] = n_keys
+        self.seed_fake()
 
-            django.setup()
-            self.start_backends(env)
-            n_keys = self.sizes["keys"]
-            self.sizes["keys"] = self.sizes["operator_keys"]
-            self.bulk_keys()
-            self.sizes["keys"] = n_keys
-            self.seed_fake()
-            async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=120), connector=aiohttp.TCPConnector(limit=64)
-            ) as s:
-                self.start_tasks()
-                await self.cold_start(s, "cold")
-                await self.quiesce(self.args.settle_timeout * 4)
-                self.sample("start", 0)
-                if self.args.warm:
-                    await self.warm(s)
-                await self.changes(s)
-                await self.status_all(s, show=True)
-                self.sample("/status", self.args.changes)
-        finally:
-            self.teardown()
-        return self.results
+    async def after_start(self, s: aiohttp.ClientSession) -> None:
+        if self.args.warm:
+            await self.warm(s)
+
+    async def after_changes(self, s: aiohttp.ClientSession) -> None:
+        await self.status_all(s, show=True)
+        self.sample("/status", self.args.changes)
 
     async def status_all(self, s: aiohttp.ClientSession, show: bool = False) -> None:
         for port in self.web_ports:
@@ -162,33 +183,8 @@ class YamlRss(Sampler, scale.Bench):
             await self.wait_visible(s, lambda p, m=last: self._status_is(s, p, m, None, 200))
             self.sample("batch", done)
 
-    async def run(self) -> dict:
-        import os
-        import subprocess
-
-        env = self.env()
-        try:
-            for k, v in env.items():
-                os.environ[k] = v
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-            self.write_yaml()
-            subprocess.run([scale.PY, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
-            import django
-
-            django.setup()
-            self.start_backends(env)
-            self.bulk_keys()
-            async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=120), connector=aiohttp.TCPConnector(limit=64)
-            ) as s:
-                self.start_tasks()
-                await self.cold_start(s, "cold")
-                await self.quiesce(self.args.settle_timeout * 4)
-                self.sample("start", 0)
-                await self.changes(s)
-        finally:
-            self.teardown()
-        return self.results
+    def seed(self) -> None:
+        self.bulk_keys()
 
 
 def start_backends(self, env: dict) -> None:

@@ -150,26 +150,32 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def summary(results: dict) -> dict:
-    """The issue's figures: CPU/req and CPU/stream at 16, p99/p50 at 16, added first event at 1."""
+def summary(results: dict, peer: str = "vllm-router", ratio_key: str = "ratio") -> dict:
+    """The issue's figures: CPU/req and CPU/stream at 16, p99/p50 at 16, added
+    first event at 1; with req/s and the web process's own CPU where measured;
+    `ratio_key`: this router's CPU figures divided by `peer`'s."""
     out = {}
     for target, rows in results.items():
         if target == "direct":
             continue
+        many, streams = rows["non-stream/16"], rows["stream/16"]
         out[target] = {
-            "cpu_ms_req": rows["non-stream/16"].get("cpu_ms_per_req"),
-            "cpu_ms_stream": rows["stream/16"].get("cpu_ms_per_req"),
-            "p50_ms": rows["non-stream/16"]["p50_ms"],
-            "p99_ms": rows["non-stream/16"]["p99_ms"],
-            "p99_over_p50": rows["non-stream/16"].get("p99_over_p50"),
-            "stream_p99_over_p50": rows["stream/16"].get("p99_over_p50"),
+            "rps": many.get("rps"),
+            "cpu_ms_req": many.get("cpu_ms_per_req"),
+            "cpu_ms_stream": streams.get("cpu_ms_per_req"),
+            "p50_ms": many["p50_ms"],
+            "p99_ms": many["p99_ms"],
+            "p99_over_p50": many.get("p99_over_p50"),
+            "stream_p99_over_p50": streams.get("p99_over_p50"),
             "added_p50_ms": rows["non-stream/1"].get("added_p50_ms"),
             "added_first_ms": rows["stream/1"].get("added_first_ms"),
         }
-    if "router" in out and "vllm-router" in out:
-        ours, theirs = out["router"], out["vllm-router"]
-        out["ratio"] = {k: ours[k] / theirs[k] for k in ("cpu_ms_req", "cpu_ms_stream")
-                        if ours.get(k) and theirs.get(k)}
+        if "web_cpu_ms_per_req" in many:
+            out[target]["web_cpu_ms_req"] = many["web_cpu_ms_per_req"]
+            out[target]["web_cpu_ms_stream"] = streams.get("web_cpu_ms_per_req")
+    if "router" in out and peer in out:
+        ours, theirs = out["router"], out[peer]
+        out[ratio_key] = {k: ours[k] / theirs[k] for k in ("cpu_ms_req", "cpu_ms_stream") if ours.get(k) and theirs.get(k)}
     return out
 
 
