@@ -458,10 +458,10 @@ def _env_values(item: str) -> tuple[tuple[str, str | None], ...]:
 _CHUNKS = _BackendChunks()
 
 
-def load(path: str | Path, *, remember: bool = False) -> tuple[RouterFile, dict[str, Any]]:
+def load(path: str | Path) -> tuple[RouterFile, dict[str, Any]]:
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the config file ({exc.strerror})") from None
-    return parse(text, source=str(p), remember=remember)
+    return parse(text, source=str(p))
