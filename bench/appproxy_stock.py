@@ -61,7 +61,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from versus import median_of, router_cmd, summary, table, tree_cpu, with_added
+from versus import cpu_of, measure, median_of, router_cmd, summary, table, with_added
 
 from bench import CHAT, PY, ROOT, free_port, load, start, stop, wait_http
 
@@ -293,10 +293,6 @@ async def wait_routed(
 # -- one target under the load ----------------------------------------------------
 
 
-def cpu_of(pids: dict[str, int]) -> dict[str, float]:
-    return {name: tree_cpu(pid) for name, pid in pids.items()}
-
-
 PY_SPY = STOCK_VENV / "bin" / "py-spy"
 IDLE_SECONDS = 5.0
 
@@ -342,36 +338,6 @@ async def idle_cpu(pids: dict[str, int]) -> dict[str, float]:
     c1 = cpu_of(pids)
     out = {k: (c1[k] - c0[k]) * 1000 / IDLE_SECONDS for k in pids}
     out["total"] = sum(out.values())
-    return out
-
-
-async def measure(
-    url: str, pids: dict[str, int] | None, *, duration: float, headers: dict, data_plane: str | None = None
-) -> dict:
-    """versus.measure, with the CPU of several processes (and of the data-plane one alone)."""
-    plain = orjson.dumps(CHAT)
-    streaming = orjson.dumps({**CHAT, "stream": True})
-    out = {}
-    for name, body, stream in (("non-stream", plain, False), ("stream", streaming, True)):
-        for conc in (16, 1):
-            await load(url, body, concurrency=conc, duration=min(2.0, duration), stream=stream, headers=headers)
-            c0 = cpu_of(pids) if pids else {}
-            r = await load(
-                url,
-                body,
-                concurrency=conc,
-                duration=duration if conc > 1 else duration / 2,
-                stream=stream,
-                headers=headers,
-            )
-            c1 = cpu_of(pids) if pids else {}
-            if pids and r["requests"]:
-                r["cpu_ms_per_req"] = sum(c1[k] - c0[k] for k in pids) * 1000 / r["requests"]
-                if data_plane:
-                    r["web_cpu_ms_per_req"] = (c1[data_plane] - c0[data_plane]) * 1000 / r["requests"]
-            if r["p50_ms"] and r["p99_ms"]:
-                r["p99_over_p50"] = r["p99_ms"] / r["p50_ms"]
-            out[f"{name}/{conc}"] = r
     return out
 
 

@@ -88,23 +88,34 @@ def ensure_vllm_router() -> Path | None:
 # -- one router under the same load ------------------------------------------
 
 
-async def measure(url: str, pid: int | None, *, duration: float, headers: dict) -> dict:
+async def measure(
+    url: str, pids: dict[str, int] | None, *, duration: float, headers: dict, data_plane: str | None = None
+) -> dict:
+    """Non-streaming and streaming, 16 connections and 1, after a warm-up:
+    rps, latencies and, with `pids` (name -> pid, each counted with its
+    children), CPU ms per request of them all (and of `data_plane` alone)."""
     plain = orjson.dumps(CHAT)
     streaming = orjson.dumps({**CHAT, "stream": True})
     out = {}
     for name, body, stream in (("non-stream", plain, False), ("stream", streaming, True)):
         for conc in (16, 1):
             await load(url, body, concurrency=conc, duration=min(2.0, duration), stream=stream, headers=headers)
-            c0 = tree_cpu(pid) if pid else 0.0
+            c0 = cpu_of(pids) if pids else {}
             r = await load(url, body, concurrency=conc, duration=duration if conc > 1 else duration / 2,
                            stream=stream, headers=headers)
-            c1 = tree_cpu(pid) if pid else 0.0
-            if pid and r["requests"]:
-                r["cpu_ms_per_req"] = (c1 - c0) * 1000 / r["requests"]
+            c1 = cpu_of(pids) if pids else {}
+            if pids and r["requests"]:
+                r["cpu_ms_per_req"] = sum(c1[k] - c0[k] for k in pids) * 1000 / r["requests"]
+                if data_plane:
+                    r["web_cpu_ms_per_req"] = (c1[data_plane] - c0[data_plane]) * 1000 / r["requests"]
             if r["p50_ms"] and r["p99_ms"]:
                 r["p99_over_p50"] = r["p99_ms"] / r["p50_ms"]
             out[f"{name}/{conc}"] = r
     return out
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    return {name: tree_cpu(pid) for name, pid in pids.items()}
 
 
 def median_of(rounds: list[dict[str, dict]]) -> dict[str, dict]:
@@ -246,7 +257,7 @@ async def main() -> None:
                 procs.append(router)
                 await wait_http(f"http://127.0.0.1:{router_port}/readyz")
                 one[label] = await measure(f"http://127.0.0.1:{router_port}/v1/chat/completions",
-                                           router.pid, duration=args.duration, headers=headers)
+                                           {label: router.pid}, duration=args.duration, headers=headers)
                 stop(router)
                 procs.remove(router)
             if vr is not None:
@@ -256,7 +267,8 @@ async def main() -> None:
                 procs.append(proc)
                 await wait_http(f"http://127.0.0.1:{vr_port}/health")
                 one["vllm-router"] = await measure(f"http://127.0.0.1:{vr_port}/v1/chat/completions",
-                                                   proc.pid, duration=args.duration, headers=headers)
+                                                   {"vllm-router": proc.pid}, duration=args.duration,
+                                                   headers=headers)
                 stop(proc)
                 procs.remove(proc)
             rounds.append(one)
