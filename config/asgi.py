@@ -1,7 +1,11 @@
 """ASGI entry point (uvicorn or daphne).
 
-- `/v1/*` and the probe endpoints go to a lean Django handler (config.lean):
-  same URLconf and views, no middleware or thread hops on the hot path.
+- `POST` on the OpenAI inference paths (`/v1/chat/completions`,
+  `/v1/completions`, `/v1/embeddings`, `/v1/responses`) is served straight on
+  ASGI (router/frontends/direct.py): the same door, no Django request or
+  response.
+- The rest of `/v1/*` and the probe endpoints go to a lean Django handler
+  (config.lean): same URLconf and views, no middleware or thread hops.
 - Everything else (dashboard, admin, /status) goes through full Django.
 - Before any of that (and before any Django work), config.server's limits:
   an over-large request head is a 431 on every server, and past
@@ -25,12 +29,14 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from config import server  # noqa: E402
 from config.lean import LeanASGIHandler  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
+from router.frontends import direct  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 
 lean_app = LeanASGIHandler()
 # The admin's CSS/JS (operators only; /v1 never goes through this).
 static_app = ASGIStaticFilesHandler(django_app)
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
+DIRECT = direct.PATHS
 server.settle_gc()  # what the imports built is kept for the process's life
 server.share_the_interpreter()  # the loop waits at most ~1 ms for a busy thread
 
@@ -54,7 +60,11 @@ async def application(scope, receive, send):
                                           [(b"retry-after", str(lim.retry_after_s).encode())])
                 return
             try:
-                await lean_app(scope, receive, send)
+                endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
+                if endpoint is not None:
+                    await direct.serve(scope, receive, send, endpoint)
+                else:
+                    await lean_app(scope, receive, send)
             finally:
                 server.admission.leave()
         elif path in LEAN_PATHS:

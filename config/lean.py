@@ -31,8 +31,7 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
 from django.urls import set_script_prefix
 
-from router.core.errors import RequestTooLarge
-from router.runtime import get_runtime
+from router.frontends.direct import body_limit, declared_length, send_too_large
 
 # The Django releases this handler was read against: [from, to). Outside it,
 # tests/config/test_lean.py fails until someone re-reads Django's handlers.
@@ -56,16 +55,16 @@ class LeanASGIHandler(ASGIHandler):
 
     async def handle(self, scope, receive, send) -> None:
         limit = body_limit()
-        if _declared_length(scope) > limit:
+        if declared_length(scope) > limit:
             # Refuse before reading a byte: a huge body never reaches memory or disk.
-            await _send_too_large(send, limit)
+            await send_too_large(send, limit)
             return
         try:
             body_file = await self.read_body(receive, limit)
         except RequestAborted:
             return
         except _TooLarge:
-            await _send_too_large(send, limit)
+            await send_too_large(send, limit)
             return
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
@@ -144,31 +143,3 @@ class LeanASGIHandler(ASGIHandler):
 
 class _TooLarge(Exception):
     pass
-
-
-def body_limit() -> int:
-    snap = get_runtime().snapshot
-    return snap.max_body_bytes if snap.revision >= 0 else settings.ROUTER_MAX_BODY_BYTES
-
-
-def _declared_length(scope) -> int:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
-
-
-async def _send_too_large(send, limit: int) -> None:
-    body = RequestTooLarge(f"The request body is larger than {limit} bytes.").to_body()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.http import HttpRequest
 
@@ -72,18 +72,34 @@ async def ready_snapshot() -> Snapshot:
     return rt.snapshot
 
 
-def headers_of(request: HttpRequest) -> dict[str, str]:
+class Call:
+    """A request served without Django (router/frontends/direct.py): what
+    admission reads of one is its ASGI scope (headers, the TCP peer)."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: dict[str, Any]) -> None:
+        self.scope = scope
+
+
+Request: TypeAlias = HttpRequest | Call
+
+
+def headers_of(request: Request) -> dict[str, str]:
     """Lower-case request headers straight from the ASGI scope (cheap)."""
     scope = getattr(request, "scope", None)
     if scope is not None:
         return {k.decode("latin1").lower(): v.decode("latin1") for k, v in scope["headers"]}
+    assert isinstance(request, HttpRequest)
     return {k.lower(): v for k, v in request.headers.items()}
 
 
-def peer_of(request: HttpRequest) -> str:
+def peer_of(request: Request) -> str:
     scope = getattr(request, "scope", None)
     client = scope.get("client") if scope else None
-    return client[0] if client else request.META.get("REMOTE_ADDR", "")
+    if client:
+        return client[0]
+    return request.META.get("REMOTE_ADDR", "") if isinstance(request, HttpRequest) else ""
 
 
 def reject_path_selector(body: dict[str, Any]) -> None:
@@ -106,7 +122,7 @@ def note_key(obs: dict[str, Any], key: Any) -> None:
 
 
 async def admit(
-    request: HttpRequest,
+    request: Request,
     snap: Snapshot,
     *,
     headers: dict[str, str] | None = None,

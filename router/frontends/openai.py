@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import tracing
-from ..admission import admit, headers_of, ready_snapshot
+from ..admission import Request, admit, headers_of, ready_snapshot
 from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
 from ..pipeline import Routed, refused, route
@@ -28,34 +29,48 @@ log = logging.getLogger(__name__)
 
 
 async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
-    """Entry point of every POST /v1/<endpoint>."""
+    """Entry point of every POST /v1/<endpoint> that comes through Django
+    (router/frontends/direct.py serves the same door straight on ASGI)."""
+    result = await routed_or_refusal(request, endpoint, lambda headers, snap: read_body(request, headers, snap))
+    if isinstance(result, RouterError):
+        return observed(error_response(result))
+    return await rendered(result, render, error_response)
+
+
+async def routed_or_refusal(
+    call: Request, endpoint: str, body: bytes | Callable[[dict[str, str], Snapshot], bytes]
+) -> Routed | RouterError:
+    """Steps 1–4 for one request: the routed answer, or the (observed) refusal.
+
+    `call` is what admission reads (a Django request, or an
+    `admission.Call` around the ASGI scope); `body` is the raw body, or how to read
+    it once the headers and the snapshot are known."""
     started = time.perf_counter()
     obs: dict[str, Any] = {"endpoint": endpoint, "frontend": "openai"}
     trace = None
     try:
         snap = await ready_snapshot()
-        headers = headers_of(request)
+        headers = headers_of(call)
         if tracing.ENABLED:
             trace = tracing.begin("POST", "/v1/" + endpoint, endpoint, headers)
         check_content_type(headers.get("content-type"))
-        raw = read_body(request, headers, snap)
-        body, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
+        raw = body if isinstance(body, bytes) else body(headers, snap)
+        parsed, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
         obs["model"] = model
-        caller = await admit(request, snap, headers=headers, body=body, obs=obs)
+        caller = await admit(call, snap, headers=headers, body=parsed, obs=obs)
         target = caller.pinned or model
         caller.check_model(target)
         env = Envelope(
-            endpoint=endpoint, raw=raw, body=body, model=model, stream=stream, headers=headers,
+            endpoint=endpoint, raw=raw, body=parsed, model=model, stream=stream, headers=headers,
             client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
             max_response_bytes=snap.max_response_bytes, relay_whole=True,
         )
         if trace is not None:
             env.notes["trace"] = trace
-        routed = await route(caller, env, target, obs, started)
+        return await route(caller, env, target, obs, started)
     except RouterError as exc:
         refused(exc, obs, started, trace)
-        return observed(error_response(exc))
-    return await rendered(routed, render, error_response)
+        return exc
 
 
 def read_body(request: HttpRequest, headers: dict[str, str], snap: Snapshot) -> bytes:

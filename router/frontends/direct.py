@@ -1,0 +1,232 @@
+"""The OpenAI door served straight on ASGI: no Django request or response.
+
+`POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and
+`/v1/responses` are most of a router's traffic. For them the ASGI entry point
+(config/asgi.py) calls `serve` instead of the lean Django handler: the same
+door (`openai.routed_or_refusal`: parse, admit, route), the same `Routed`
+result, but the body is read from `receive` and the answer written to `send`
+directly. What that skips per request, measured with py-spy under load
+(docs/performance.md): Django's `ASGIRequest` and `HttpResponse`, the URL
+resolver, Ninja's operation wrapper, Django's `send_response`, and one of
+the two tasks the lean handler runs (here one listener task cancels the
+serving task when the client goes).
+
+Everything else about these paths is the lean handler's, and stays where it
+was: any other method on them (405 with `Allow`), a trailing slash, every
+other `/v1` path and the probes still go through Django. The body limits
+are the same functions (`body_limit`, `declared_length`, `send_too_large`,
+which config/lean.py imports from here).
+
+Disconnects: while the upstream is awaited or a stream relayed, a client
+that goes away cancels the serving task; the upstream is closed and the slot
+freed (`Routed.aclose`, idempotent), with no verdict against the backend,
+exactly as through Django. A cancellation that is not the client's (server
+shutdown) is passed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from time import perf_counter
+from typing import Any
+
+from django.conf import settings
+
+from ..admission import Call
+from ..core.errors import RequestTooLarge, RouterError, UpstreamError
+from ..observe import Gaps
+from ..pipeline import Routed
+from ..runtime import get_runtime
+from . import openai
+
+log = logging.getLogger(__name__)
+
+# Exact paths (the scope's path has no query string), POST only.
+PATHS: dict[str, str] = {
+    "/v1/chat/completions": "chat/completions",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+}
+
+_JSON = b"application/json"
+_EVENT_STREAM_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
+
+
+def body_limit() -> int:
+    """The body limit in force: the snapshot's, or the setting before the first one."""
+    snap = get_runtime().snapshot
+    return snap.max_body_bytes if snap.revision >= 0 else settings.ROUTER_MAX_BODY_BYTES
+
+
+def declared_length(scope: dict[str, Any]) -> int:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+async def send_too_large(send, limit: int) -> None:
+    body = RequestTooLarge(f"The request body is larger than {limit} bytes.").to_body()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", _JSON),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Gone(Exception):
+    """The client disconnected while the body was being read."""
+
+
+async def read_body(receive, limit: int) -> bytes | None:
+    """The whole body, or None once it is past `limit`; raises _Gone on a disconnect.
+
+    The OpenAI door parses the body as one JSON document in memory anyway, so
+    it is gathered as bytes (never more than `limit` of them)."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise _Gone()
+    body = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body if len(body) <= limit else None
+    chunks = [body]
+    size = len(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Gone()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def serve(scope: dict[str, Any], receive, send, endpoint: str) -> None:
+    """Answer one POST on an OpenAI path (see the module doc)."""
+    limit = body_limit()
+    if declared_length(scope) > limit:
+        # Refuse before reading a byte: a huge body never reaches memory.
+        await send_too_large(send, limit)
+        return
+    try:
+        raw = await read_body(receive, limit)
+    except _Gone:
+        return
+    if raw is None:
+        await send_too_large(send, limit)
+        return
+
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def listen() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        task.cancel()
+
+    listener = asyncio.get_running_loop().create_task(listen())
+    routed: Routed | None = None  # set: the relay owns the answer (it refuses what it can before it begins)
+    try:
+        result = await openai.routed_or_refusal(Call(scope), endpoint, raw)
+        if isinstance(result, RouterError):
+            await send_error(send, result)
+            return
+        routed = result
+        await _relay(routed, send)
+    except asyncio.CancelledError:
+        if not gone:
+            raise  # not the client's: the server is shutting down
+        task.uncancel()
+    except Exception as exc:  # a bug of ours: an OpenAI-shaped 500, never a traceback to the client
+        log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
+        if routed is None and not gone:
+            try:
+                await send_error(send, RouterError())
+            except Exception:  # the connection is gone or the answer had begun: nothing more to say
+                pass
+    finally:
+        # Synchronous: from here on the listener can no longer cancel this task.
+        listener.cancel()
+        if routed is not None:
+            await routed.aclose()  # idempotent: frees the slot and the upstream if the relay did not
+
+
+async def send_error(send, exc: RouterError) -> None:
+    """An error in the door's shape, with its own headers (e.g. Retry-After)."""
+    body = exc.to_body()
+    headers = {b"content-type": _JSON, b"content-length": str(len(body)).encode()}
+    for name, value in exc.headers.items():
+        headers[name.lower().encode("latin1")] = str(value).encode("latin1")
+    await send({"type": "http.response.start", "status": exc.status, "headers": list(headers.items())})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _start(routed: Routed, *, length: int | None) -> dict[str, Any]:
+    """The status line and headers. The relayed upstream headers replace the
+    defaults of the same name, as they do on a Django response (names are
+    case-insensitive; the last value of a name wins); a whole answer's
+    Content-Length is always the length of the bytes sent."""
+    content_type = routed.content_type
+    headers = {b"content-type": content_type.encode("latin1")}
+    if length is None and content_type.startswith("text/event-stream"):
+        headers.update(_EVENT_STREAM_HEADERS)
+    for name, value in routed.headers:
+        headers[name.lower().encode("latin1")] = value.encode("latin1")
+    if length is not None:  # the length of what is sent, whatever the upstream said of its own
+        headers[b"content-length"] = str(length).encode()
+    return {"type": "http.response.start", "status": routed.status, "headers": list(headers.items())}
+
+
+async def _relay(routed: Routed, send) -> None:
+    """The provider's answer, as it comes: a whole body, or a stream chunk by
+    chunk; a failure before the status is sent is refused in the door's shape."""
+    if not routed.streaming:
+        try:
+            body = routed.body()
+        except Exception as exc:  # nothing the render does may keep the slot
+            await routed.aclose()
+            await send_error(send, _as_refusal(exc))
+            return
+        await send(_start(routed, length=len(body)))
+        await send({"type": "http.response.body", "body": body})
+        return
+    try:
+        events = routed.events()
+        start = _start(routed, length=None)
+    except Exception as exc:
+        await routed.aclose()
+        await send_error(send, _as_refusal(exc))
+        return
+    # The inter-token gaps, as RoutedStream times them through Django (docs/metrics.md).
+    tick = (gaps := Gaps()).tick
+    routed.obs["gaps"] = gaps
+    await send(start)
+    async for part in events:
+        tick(perf_counter())
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _as_refusal(exc: Exception) -> RouterError:
+    if isinstance(exc, RouterError):
+        return exc
+    log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
+    return UpstreamError("The router failed to relay the upstream answer.")
