@@ -20,6 +20,7 @@ A bad value fails loudly with the variable's name.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import importlib.util
@@ -27,6 +28,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 import orjson
@@ -249,7 +251,10 @@ class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools
 
     def on_headers_complete(self) -> None:
         self._head_open = False
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # a new request (not an upgrade): its response goes through HeadHeld
+            self.cycle.transport = HeadHeld(self.transport, self.loop)  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
@@ -273,6 +278,54 @@ class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools
         if not self.transport.is_closing():
             self.transport.write(self._refusal)
             self.transport.close()
+
+
+class HeadHeld:
+    """One request's view of its connection's transport, as uvicorn's response
+    cycle writes to it: the first write (the response head) is held until the
+    next one, and both go out in one `writelines` — one send syscall instead
+    of two for a whole answer, whose body the app sends right after its head.
+    A head with nothing after it in the same loop pass (a stream waiting for
+    its first chunk) is written on the next pass. Everything else is the
+    transport's own (`__getattr__`); `close` writes a held head first.
+
+    Measured with py-spy under load: each of the two writes of a small answer
+    was ~7 % of the web process's CPU (on loopback the kernel's TCP work for
+    both ends is charged to the writer's syscall)."""
+
+    __slots__ = ("_first", "_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._first = True
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.writelines((held, data))
+        elif self._first:
+            self._first = False
+            self._held = bytes(data)
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class H11Protocol(h11_impl.H11Protocol):
