@@ -18,8 +18,10 @@ is read from the snapshot the request started with.
 
 from __future__ import annotations
 
+import itertools
+import os
+import secrets
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -60,6 +62,27 @@ class Caller:
 
     def visible(self, names: list[str]) -> list[str]:
         return self.gate.visible(self.key, names) if self.gate is not None else names
+
+
+_id_prefix = secrets.token_hex(8)
+_id_count = itertools.count()
+
+
+def _redraw_id_prefix() -> None:
+    global _id_prefix, _id_count
+    _id_prefix, _id_count = secrets.token_hex(8), itertools.count()
+
+
+os.register_at_fork(after_in_child=_redraw_id_prefix)
+
+
+def new_request_id() -> str:
+    """A request id for a request that brought none: 32 hex digits, as
+    `uuid4().hex` was — 64 random bits drawn once per process (again in a
+    forked child) and a 64-bit counter, so ids never repeat within a process
+    and collide across processes with odds of 2^-64, without a `getrandom`
+    syscall per request (uuid4 was ~1 % of the web process's CPU)."""
+    return f"{_id_prefix}{next(_id_count):016x}"
 
 
 async def ready_snapshot() -> Snapshot:
@@ -147,7 +170,7 @@ async def admit(
         headers=headers,
         client_ip=client_ip,
         host=headers.get("host", ""),
-        request_id=headers.get("x-request-id") or uuid.uuid4().hex,
+        request_id=headers.get("x-request-id") or new_request_id(),
     )
     if obs is not None:
         obs["request_id"] = caller.request_id
