@@ -1,0 +1,196 @@
+"""A ROUTER pull compares only what can have changed since this process's
+last pull (appproxy/pulled.py), and the mirror it leaves is the one a
+whole comparison leaves.
+
+A seeded random run of coordinator changes (route replaces, new and deleted
+deployments, a publication edit now and then), some of them also applied as
+the events process applies them, with pulls in between: after every pull the
+mirrored circuits are the coordinator's, and the backends are exactly what
+planning every mirrored circuit from scratch gives. Real fake coordinator
+(HTTP), real DB, Redis.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from django.db import connection
+
+from appproxy import router_services, services
+from appproxy.client import CoordinatorClient
+from appproxy.models import Circuit, WorkerState
+from appproxy.plan import plan
+from appproxy.pulled import circuit_of
+from appproxy.router_plan import desired
+from appproxy.router_wire import router_registration
+from fakes import openai_backend
+from router.core.secret import Secret
+
+from .router_support import RouterManager
+from .support import API_SECRET, coordinator
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def setup(settings):
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    settings.ROUTER_REDIS_PREFIX = prefix
+    settings.ROUTER_NOTICE_CHANNEL = prefix + "notice"
+    replicas = [openai_backend.server_thread(f"delta-{i}", ["served"]).start() for i in range(3)]
+    fc = coordinator(ack_timeout=0.05).start()  # no events process here: nothing acks
+    authority = f"router-{uuid.uuid4().hex[:8]}"
+    client = CoordinatorClient(fc.url, Secret(API_SECRET))
+    info = client.register_router(
+        router_registration(authority=authority, hostname="127.0.0.1", api_port=8000, traffic_port=None, node_id="n1")
+    )
+    WorkerState.objects.create(authority=authority, node_id="n1", worker_id=str(info.id), status="registered")
+    yield SimpleNamespace(
+        client=client,
+        worker_id=str(info.id),
+        manager=RouterManager(fc, authority),
+        replicas=replicas,
+        authority=authority,
+        settings=SimpleNamespace(authority=authority),
+    )
+    client.close()
+    fc.stop()
+    for server in replicas:
+        server.stop()
+
+
+def pull(s) -> router_services.ApplyResult:
+    return router_services.router_pull_and_apply(s.settings, client=s.client, worker_id=s.worker_id, node_id="n1")
+
+
+def endpoint(m: RouterManager, name: str, *servers) -> str:
+    """A deployment on the ROUTER worker with these replicas (committed; a 503
+    only says that no ack came: no events process runs here)."""
+    endpoint_id, created = m.create(name)
+    assert created.status_code in (200, 503), created.text
+    m.routes(endpoint_id, *servers)
+    return endpoint_id
+
+
+def coordinator_circuits(s) -> dict[str, object]:
+    circuits, failed, errors = s.client.circuits(s.worker_id)
+    assert not failed and not errors
+    return {str(c.id): c for c in circuits}
+
+
+def assert_mirror_is_from_scratch(s) -> None:
+    want = coordinator_circuits(s)
+    rows = {row.circuit_id: row for row in Circuit.objects.all()}
+    assert rows.keys() == want.keys()
+    assert all(want[cid].same_raw(row.raw) for cid, row in rows.items())
+    every = [services.stored_circuit(row) for row in rows.values()]
+    scratch = desired(every, router_services.publications(s.authority)).backends
+    diff = plan(scratch, services._actual())
+    assert not diff, (diff.add, diff.update, diff.remove)
+
+
+def circuit_rows_read(fn) -> int:
+    """How many circuit rows fn's SELECTs on the mirror asked for without a
+    WHERE clause (a whole read) — 0 when it only read the ones it named."""
+    whole = []
+
+    def record(execute, sql, params, many, context):
+        text = sql.lstrip()
+        if text.upper().startswith("SELECT") and 'FROM "appproxy_circuit"' in text and "COUNT(" not in text:
+            if " WHERE " not in text:
+                whole.append(text)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        fn()
+    return len(whole)
+
+
+def test_a_pull_after_one_change_reads_only_that_circuit(setup):
+    eps = [endpoint(setup.manager, f"svc-{i}", setup.replicas[i % 3]) for i in range(6)]
+    setup.manager.publish("chat", {ep: 1.0 for ep in eps})
+    pull(setup)  # the first pull of this process compares everything
+    setup.manager.routes(eps[2], *setup.replicas[:2])
+    assert circuit_rows_read(lambda: pull(setup)) == 0
+    assert_mirror_is_from_scratch(setup)
+
+
+def test_a_circuit_an_event_changed_is_compared_even_when_its_item_is_as_last_pulled(setup):
+    """A late event re-applies an older version of a circuit the coordinator
+    has not changed since the last pull: the item's bytes are the ones that
+    pull applied, but the mirror's row is not, and the pull puts it back."""
+    m = setup.manager
+    ep = endpoint(m, "svc", setup.replicas[0])
+    m.publish("chat", {ep: 1.0})
+    old = coordinator_circuits(setup)
+    m.routes(ep, setup.replicas[1])
+    pull(setup)
+    desire = router_services.router_circuit_desire(setup.authority)
+    services.reconcile_apply(list(old.values()), source="route_updated", authority=setup.authority, desire=desire)
+    pull(setup)
+    assert_mirror_is_from_scratch(setup)
+
+
+def test_a_circuit_an_event_added_is_removed_when_the_coordinator_no_longer_lists_it(setup):
+    m = setup.manager
+    keep = endpoint(m, "keep", setup.replicas[0])
+    m.publish("chat", {keep: 1.0})
+    pull(setup)
+    brief = endpoint(m, "brief", setup.replicas[1])
+    desire = router_services.router_circuit_desire(setup.authority)
+    now = coordinator_circuits(setup)
+    added = [c for c in now.values() if str(c.endpoint_id) == brief]
+    services.reconcile_apply(added, source="created", authority=setup.authority, desire=desire)
+    assert m.delete(brief).status_code in (200, 503)  # and its removed event is lost
+    pull(setup)
+    assert_mirror_is_from_scratch(setup)
+
+
+def test_a_random_run_of_changes_events_and_pulls_matches_a_from_scratch_mirror(setup):
+    rng = random.Random(1053)
+    m = setup.manager
+    eps = [endpoint(m, f"svc-{i}", setup.replicas[i % 3]) for i in range(8)]
+    m.publish("chat", {ep: 1.0 for ep in eps[:5]})
+    m.publish("other", {ep: 0.5 for ep in eps[3:]})
+    pull(setup)
+    assert_mirror_is_from_scratch(setup)
+    desire = router_services.router_circuit_desire(setup.authority)
+    history = [coordinator_circuits(setup)]  # what the coordinator held, step by step
+    for step in range(60):
+        op = rng.choice(["routes", "routes", "routes", "create", "delete", "publish"])
+        if op == "routes" and eps:
+            ep = rng.choice(eps)
+            m.routes(ep, *rng.sample(setup.replicas, rng.randint(1, 2)))
+        elif op == "create":
+            eps.append(endpoint(m, f"new-{step}", rng.choice(setup.replicas)))
+        elif op == "delete" and len(eps) > 2:
+            ep = eps.pop(rng.randrange(len(eps)))
+            assert m.delete(ep).status_code in (200, 503)  # committed; 503 only says no ack came
+        elif op == "publish" and eps:
+            m.publish("chat", {ep: rng.choice([0.5, 1.0, 2.0]) for ep in rng.sample(eps, min(3, len(eps)))})
+        history.append(coordinator_circuits(setup))
+        if rng.random() < 0.5:
+            # As the events process applies a route_updated / created event: a
+            # circuit as the coordinator holds it now, or (a late event) as it
+            # held it some steps ago, upserted on its own.
+            then = history[-1] if rng.random() < 0.6 else rng.choice(history)
+            some = rng.sample(sorted(then), min(2, len(then)))
+            services.reconcile_apply(
+                [then[cid] for cid in some], source="route_updated", authority=setup.authority, desire=desire
+            )
+        if rng.random() < 0.6:
+            pull(setup)
+            assert_mirror_is_from_scratch(setup)
+    pull(setup)
+    assert_mirror_is_from_scratch(setup)
+
+
+def test_circuit_of_reads_mirrored_backend_names_only():
+    cid = str(uuid.uuid4())
+    assert circuit_of(f"appproxy-{cid}-r{uuid.uuid4()}") == cid
+    assert circuit_of(f"appproxy-{cid.upper()}-r1") == cid
+    assert circuit_of("appproxy-short-r1") is None
+    assert circuit_of(f"vllm-{cid}-r1") is None
