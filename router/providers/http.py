@@ -131,6 +131,25 @@ class LeanAiohttpTransport(AiohttpTransport):
     CPU). aiohttp adds Host and Content-Length itself, as httpx did.
     `handle_async_request` is unchanged for everything else."""
 
+    def get_client(self) -> aiohttp.ClientSession:
+        """httpx-aiohttp's session (the same connector), without a cookie jar.
+
+        The session and its connections are shared by every client of the
+        router: aiohttp's default jar would keep a cookie one upstream answer
+        set (for a host name; it refuses bare IPs) and send it with every later
+        request to that host, whoever made it. A router relays an upstream's
+        Set-Cookie to its own client and keeps nothing."""
+        if self.client is not None or self.uds:
+            return super().get_client()
+        limit = {"limit": self.limits.max_connections} if self.limits.max_connections is not None else {}
+        connector = aiohttp.TCPConnector(
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+            local_addr=(self.local_address, 0) if self.local_address else None,
+            **limit,  # type: ignore[arg-type]
+        )
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
     async def send_direct(
         self, method: str, url: yarl.URL, headers: dict[str, str], content: bytes, timeout: dict[str, float]
     ) -> httpx.Response:
