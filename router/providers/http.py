@@ -179,9 +179,18 @@ class LeanAiohttpTransport(AiohttpTransport):
         return httpx.Response(
             status_code=response.status,
             headers=response.raw_headers,
-            stream=AiohttpResponseStream(response),
+            stream=_AiohttpStream(response),
             extensions=extensions,
         )
+
+
+class _AiohttpStream(AiohttpResponseStream):
+    """httpx-aiohttp's response stream, with the aiohttp response kept at hand
+    for `read_capped`'s whole read of an answer of declared length."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        super().__init__(response)
+        self.response = response
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -291,6 +300,15 @@ async def read_capped(response: httpx.Response, max_bytes: int, name: str) -> by
     declared = response.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise UpstreamResponseTooLarge(_too_large(name, max_bytes))
+    stream = response.stream
+    if declared is not None and declared.isdigit() and isinstance(stream, _AiohttpStream) \
+            and "content-encoding" not in response.headers:
+        # A declared length within the cap and nothing to decode (the usual
+        # answer): aiohttp reads exactly that many bytes in one call, without
+        # httpx's decoder and chunker and the stream's generators around
+        # every chunk (~3 % of the web process's CPU per whole answer).
+        with map_aiohttp_exceptions():
+            return await stream.response.read()
     parts: list[bytes] = []
     size = 0
     async for chunk in response.aiter_bytes():  # decoded, as aread() was
