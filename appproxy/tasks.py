@@ -134,8 +134,14 @@ def _subscriber_ready(s: Settings) -> bool:
     return False
 
 
-@shared_task(name="appproxy.tick", ignore_result=True, expires=1.0)
-def tick() -> list[str]:
+def own_queue(worker: str) -> str:
+    """The queue only the worker named `worker` (its Celery nodename) consumes
+    (config/celery.py adds it at the worker's start)."""
+    return f"{django_settings.CELERY_TASK_DEFAULT_QUEUE}:{worker}"
+
+
+@shared_task(name="appproxy.tick", ignore_result=True, expires=1.0, bind=True)
+def tick(self) -> list[str]:
     s = _settings()
     if s is None:
         return []
@@ -153,7 +159,12 @@ def tick() -> list[str]:
         if _busy(s.authority, job):
             continue
         task, expires = _JOBS[job]
-        task.apply_async(expires=expires(s))
+        # To this worker's own queue: the job is about this node (see own_queue).
+        worker_name = getattr(self.request, "hostname", None)
+        if worker_name:
+            task.apply_async(expires=expires(s), queue=own_queue(worker_name))
+        else:  # called in-process (no worker): any worker of the node will do
+            task.apply_async(expires=expires(s))
         sent.append(job)
     return sent
 

@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import beat_init
+from celery.signals import beat_init, celeryd_after_setup
 
 from router import beat
 
@@ -37,3 +37,16 @@ app.conf.beat_schedule = {
 def _one_beat_per_node(sender=None, **kwargs) -> None:
     """Before beat schedules anything: wait for the node's beat lock."""
     beat.hold()
+
+
+@celeryd_after_setup.connect
+def _own_queue(sender=None, instance=None, **kwargs) -> None:
+    """Each worker also consumes a queue of its own (`appproxy.tasks.own_queue`):
+    the AppProxy jobs a worker's tick decides for its own node (register,
+    heartbeat, pull) go there. Nodes that share a database share the task
+    queue; on it another node's worker would take the job and find nothing
+    due for *its* node, and this node could wait indefinitely to register."""
+    from appproxy.tasks import own_queue
+
+    if sender and instance is not None:
+        instance.app.amqp.queues.select_add(own_queue(str(sender)))
