@@ -61,6 +61,13 @@ def touch(topic: str, *names: str) -> None:
     changes.setdefault(topic, set()).update(str(n) for n in names)
 
 
+def pending(topic: str) -> bool:
+    """This thread has named rows of `topic` that the next bump will log (its
+    transaction wrote them; nothing else can see them yet)."""
+    changes: dict[str, set[str]] = getattr(_pending, "changes", None) or {}
+    return topic in changes or ALL in changes
+
+
 def _drain() -> list[tuple[str, str]]:
     changes: dict[str, set[str]] = getattr(_pending, "changes", None) or {}
     _pending.changes = {}

@@ -194,3 +194,51 @@ def test_circuit_of_reads_mirrored_backend_names_only():
     assert circuit_of(f"appproxy-{cid.upper()}-r1") == cid
     assert circuit_of("appproxy-short-r1") is None
     assert circuit_of(f"vllm-{cid}-r1") is None
+
+
+def publication_reads(fn) -> tuple[object, int]:
+    reads = []
+
+    def record(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("SELECT") and 'FROM "appproxy_publication"' in sql:
+            reads.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        result = fn()
+    return result, len(reads)
+
+
+def test_publications_are_read_again_only_after_one_changed(setup):
+    from appproxy.router_wire import Publication as WirePublication
+
+    m = setup.manager
+    ep = endpoint(m, "svc", setup.replicas[0])
+    m.publish("chat", {ep: 1.0})
+    pull(setup)
+    names = lambda pubs: sorted(p.model for p in pubs)  # noqa: E731
+    first, _ = publication_reads(lambda: router_services.publications(setup.authority))
+    again, reads = publication_reads(lambda: router_services.publications(setup.authority))
+    assert names(first) == names(again) == ["chat"] and reads == 0
+    m.routes(ep, setup.replicas[1])  # a circuit change is no publication change
+    pull(setup)
+    _, reads = publication_reads(lambda: router_services.publications(setup.authority))
+    assert reads == 0
+    m.publish("chat2", {ep: 0.5})  # the next pull's router-config brings it
+    pull(setup)
+    assert names(router_services.publications(setup.authority)) == ["chat", "chat2"]
+    router_services.apply_publication(  # as a model_updated event applies it
+        setup.authority, WirePublication.model_validate({"model": "chat3", "aliases": [], "mappings": []})
+    )
+    assert names(router_services.publications(setup.authority)) == ["chat", "chat2", "chat3"]
+    router_services.remove_publication(setup.authority, "chat")
+    assert names(router_services.publications(setup.authority)) == ["chat2", "chat3"]
+    assert_mirror_is_from_scratch_of_publications(setup)
+
+
+def assert_mirror_is_from_scratch_of_publications(s) -> None:
+    """The backends as planned from the publications read straight from the DB."""
+    rows = list(Circuit.objects.all())
+    every = [services.stored_circuit(row) for row in rows]
+    scratch = desired(every, router_services._read_publications(s.authority)).backends
+    assert not plan(scratch, services._actual())
