@@ -9,10 +9,13 @@ Every wait polls a condition with a generous deadline.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import subprocess
 import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -20,7 +23,7 @@ import httpx
 from fakes.coordinator import FakeCoordinator
 from tests.support.routerproc import PY, ROOT, RouterProc, free_port, wait_until
 
-from .support import API_SECRET, REDIS_URL, Child, Manager
+from .support import API_SECRET, REDIS_URL, Child, Manager, coordinator
 
 __all__ = ["RouterManager", "RouterNode", "new_key", "router_yaml"]
 
@@ -209,3 +212,45 @@ class RouterManager(Manager):
         response = self.http.get("/_test/router")
         assert response.status_code == 200, response.text
         return response.json()
+
+
+@contextlib.contextmanager
+def registered_router(settings, *, replicas: int, name: str, ack_timeout: float) -> Iterator[SimpleNamespace]:
+    """In-process ROUTER-mode pulls against a real fake coordinator: a Redis
+    namespace of its own, `replicas` fake backends, an authority registered
+    as node "n1" (its WorkerState row written), and a RouterManager. No
+    events process runs: nothing acks, so the manager's calls are committed
+    and answered 503 after `ack_timeout`."""
+    from appproxy.client import CoordinatorClient
+    from appproxy.models import WorkerState
+    from appproxy.router_wire import router_registration
+    from fakes import openai_backend
+    from router.core.secret import Secret
+
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    settings.ROUTER_REDIS_PREFIX = prefix
+    settings.ROUTER_NOTICE_CHANNEL = prefix + "notice"
+    servers = [openai_backend.server_thread(f"{name}-{i}", ["served"]).start() for i in range(replicas)]
+    fc = coordinator(ack_timeout=ack_timeout).start()
+    authority = f"router-{uuid.uuid4().hex[:8]}"
+    client = CoordinatorClient(fc.url, Secret(API_SECRET))
+    try:
+        info = client.register_router(
+            router_registration(
+                authority=authority, hostname="127.0.0.1", api_port=8000, traffic_port=None, node_id="n1"
+            )
+        )
+        WorkerState.objects.create(authority=authority, node_id="n1", worker_id=str(info.id), status="registered")
+        yield SimpleNamespace(
+            client=client,
+            worker_id=str(info.id),
+            manager=RouterManager(fc, authority),
+            replicas=servers,
+            authority=authority,
+            settings=SimpleNamespace(authority=authority),
+        )
+    finally:
+        client.close()
+        fc.stop()
+        for server in servers:
+            server.stop()

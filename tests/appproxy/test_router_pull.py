@@ -8,58 +8,29 @@ coordinator (HTTP), real DB, Redis.
 
 from __future__ import annotations
 
-import uuid
-from types import SimpleNamespace
-
 import pytest
 from django.db import connection
 
 from appproxy import pulls, router_services, worker
-from appproxy.client import CoordinatorClient
 from appproxy.models import WorkerState
-from appproxy.router_wire import router_registration
-from fakes import openai_backend
 from keys.services import key_create
-from router.core.secret import Secret
 from router.models import Backend
 from router.redis import sync_client
 from router.revision import current_revision
 
-from .router_support import RouterManager
-from .support import API_SECRET, coordinator
+from .router_support import registered_router
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def setup(settings):
-    prefix = f"t{uuid.uuid4().hex[:10]}:"
-    settings.ROUTER_REDIS_PREFIX = prefix
-    settings.ROUTER_NOTICE_CHANNEL = prefix + "notice"
-    replicas = [openai_backend.server_thread(f"pull-{i}", ["served"]).start() for i in range(2)]
-    fc = coordinator(ack_timeout=0.2).start()  # no events process here: nothing acks
-    authority = f"router-{uuid.uuid4().hex[:8]}"
-    client = CoordinatorClient(fc.url, Secret(API_SECRET))
-    info = client.register_router(
-        router_registration(authority=authority, hostname="127.0.0.1", api_port=8000, traffic_port=None, node_id="n1")
-    )
-    WorkerState.objects.create(authority=authority, node_id="n1", worker_id=str(info.id), status="registered")
-    manager = RouterManager(fc, authority)
-    endpoint, _ = manager.create("svc")  # committed; its 503 only says no ack came
-    manager.routes(endpoint, replicas[0])
-    manager.publish("chat", {endpoint: 1.0})
-    yield SimpleNamespace(
-        client=client,
-        worker_id=str(info.id),
-        manager=manager,
-        endpoint=endpoint,
-        replicas=replicas,
-        settings=SimpleNamespace(authority=authority),
-    )
-    client.close()
-    fc.stop()
-    for server in replicas:
-        server.stop()
+    with registered_router(settings, replicas=2, name="pull", ack_timeout=0.2) as s:
+        endpoint, _ = s.manager.create("svc")  # committed; its 503 only says no ack came
+        s.manager.routes(endpoint, s.replicas[0])
+        s.manager.publish("chat", {endpoint: 1.0})
+        s.endpoint = endpoint
+        yield s
 
 
 def pull(s) -> router_services.ApplyResult:

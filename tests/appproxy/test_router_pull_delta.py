@@ -14,52 +14,25 @@ from __future__ import annotations
 
 import random
 import uuid
-from types import SimpleNamespace
 
 import pytest
 from django.db import connection
 
 from appproxy import router_services, services
-from appproxy.client import CoordinatorClient
-from appproxy.models import Circuit, WorkerState
+from appproxy.models import Circuit
 from appproxy.plan import plan
 from appproxy.pulled import circuit_of
 from appproxy.router_plan import desired
-from appproxy.router_wire import router_registration
-from fakes import openai_backend
-from router.core.secret import Secret
 
-from .router_support import RouterManager
-from .support import API_SECRET, coordinator
+from .router_support import RouterManager, registered_router
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def setup(settings):
-    prefix = f"t{uuid.uuid4().hex[:10]}:"
-    settings.ROUTER_REDIS_PREFIX = prefix
-    settings.ROUTER_NOTICE_CHANNEL = prefix + "notice"
-    replicas = [openai_backend.server_thread(f"delta-{i}", ["served"]).start() for i in range(3)]
-    fc = coordinator(ack_timeout=0.05).start()  # no events process here: nothing acks
-    authority = f"router-{uuid.uuid4().hex[:8]}"
-    client = CoordinatorClient(fc.url, Secret(API_SECRET))
-    info = client.register_router(
-        router_registration(authority=authority, hostname="127.0.0.1", api_port=8000, traffic_port=None, node_id="n1")
-    )
-    WorkerState.objects.create(authority=authority, node_id="n1", worker_id=str(info.id), status="registered")
-    yield SimpleNamespace(
-        client=client,
-        worker_id=str(info.id),
-        manager=RouterManager(fc, authority),
-        replicas=replicas,
-        authority=authority,
-        settings=SimpleNamespace(authority=authority),
-    )
-    client.close()
-    fc.stop()
-    for server in replicas:
-        server.stop()
+    with registered_router(settings, replicas=3, name="delta", ack_timeout=0.05) as s:
+        yield s
 
 
 def pull(s) -> router_services.ApplyResult:
