@@ -35,11 +35,12 @@ from typing import Any
 from django.conf import settings
 
 from ..admission import Call
-from ..core.errors import RequestTooLarge, RouterError, UpstreamError
+from ..core.errors import RequestTooLarge, RouterError
 from ..observe import Gaps
 from ..pipeline import Routed
 from ..runtime import get_runtime
 from . import openai
+from .responses import as_refusal
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ async def _relay(routed: Routed, send) -> None:
             body = routed.body()
         except Exception as exc:  # nothing the render does may keep the slot
             await routed.aclose()
-            await send_error(send, _as_refusal(exc))
+            await send_error(send, as_refusal(exc))
             return
         await send(_start(routed, length=len(body)))
         await send({"type": "http.response.body", "body": body})
@@ -241,7 +242,7 @@ async def _relay(routed: Routed, send) -> None:
         start = _start(routed, length=None)
     except Exception as exc:
         await routed.aclose()
-        await send_error(send, _as_refusal(exc))
+        await send_error(send, as_refusal(exc))
         return
     # The inter-token gaps, as RoutedStream times them through Django (docs/metrics.md).
     tick = (gaps := Gaps()).tick
@@ -252,9 +253,3 @@ async def _relay(routed: Routed, send) -> None:
         await send({"type": "http.response.body", "body": part, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
 
-
-def _as_refusal(exc: Exception) -> RouterError:
-    if isinstance(exc, RouterError):
-        return exc
-    log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
-    return UpstreamError("The router failed to relay the upstream answer.")

@@ -77,8 +77,14 @@ async def rendered(
         return observed(render(routed))
     except Exception as exc:  # nothing the render does may keep the slot
         await routed.aclose()
-        if not isinstance(exc, RouterError):
-            log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
-            exc = UpstreamError("The router failed to relay the upstream answer.")
-        return observed(refuse(exc))
+        return observed(refuse(as_refusal(exc)))
+
+
+def as_refusal(exc: Exception) -> RouterError:
+    """What the client is told when rendering an answer failed: our own error
+    as it is, anything else (logged) a 502."""
+    if isinstance(exc, RouterError):
+        return exc
+    log.error("rendering the answer failed: %s", type(exc).__name__, exc_info=exc)
+    return UpstreamError("The router failed to relay the upstream answer.")
 
