@@ -37,6 +37,7 @@ from httpx_aiohttp.transport import AiohttpResponseStream, AiohttpTransport, map
 from ..core.backend import BackendSpec
 from ..core.errors import UpstreamResponseTooLarge
 from .base import UpstreamFailed
+from .plain import PlainPool, PlainStream
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # server.max_response_bytes
 
@@ -129,7 +130,13 @@ class LeanAiohttpTransport(AiohttpTransport):
     `httpx.Response`, without building an `httpx.Request` per request (its
     URL, header normalisation and default headers were ~8 % of the router's
     CPU). aiohttp adds Host and Content-Length itself, as httpx did.
-    `handle_async_request` is unchanged for everything else."""
+    `handle_async_request` is unchanged for everything else.
+
+    A plain-http URL without a proxy, unix socket or local address goes to
+    this transport's own HTTP/1.1 pool instead (router.providers.plain: the
+    same httpx answer and errors, a third of aiohttp's CPU per request)."""
+
+    _plain: PlainPool | None = None
 
     def get_client(self) -> aiohttp.ClientSession:
         """httpx-aiohttp's session (the same connector), without a cookie jar.
@@ -153,6 +160,17 @@ class LeanAiohttpTransport(AiohttpTransport):
     async def send_direct(
         self, method: str, url: yarl.URL, headers: dict[str, str], content: bytes, timeout: dict[str, float]
     ) -> httpx.Response:
+        if url.scheme == "http" and method != "HEAD" and self.proxy is None and not self.uds \
+                and not self.local_address:
+            pool = self._plain
+            if pool is None or pool.loop is not asyncio.get_running_loop():
+                limits = self.limits
+                pool = self._plain = PlainPool(
+                    max_connections=limits.max_connections,
+                    max_keepalive=limits.max_keepalive_connections,
+                    keepalive_expiry=limits.keepalive_expiry,
+                )
+            return await pool.send(method, url, headers, content, timeout)
         if not isinstance(self.client, aiohttp.ClientSession):
             self.client = self.get_client()
         proxy = self.proxy
@@ -182,6 +200,13 @@ class LeanAiohttpTransport(AiohttpTransport):
             stream=_AiohttpStream(response),
             extensions=extensions,
         )
+
+
+    async def aclose(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
+            self._plain = None
+        await super().aclose()
 
 
 class _AiohttpStream(AiohttpResponseStream):
@@ -288,6 +313,9 @@ async def send(
 
 def _fits(response: httpx.Response, size: int) -> bool:
     """The answer declares a length of at most `size` (and no encoding to undo)."""
+    if isinstance(response.stream, PlainStream):
+        length = response.stream.declared()
+        return length is not None and length <= size
     declared = response.headers.get("content-length")
     if declared is None or not declared.isdigit() or "content-encoding" in response.headers:
         return False
@@ -297,10 +325,14 @@ def _fits(response: httpx.Response, size: int) -> bool:
 async def read_capped(response: httpx.Response, max_bytes: int, name: str) -> bytes:
     """The whole body, in chunks, refused as soon as it passes `max_bytes`
     (before a byte is read when the upstream declares a larger length)."""
+    stream = response.stream
+    if isinstance(stream, PlainStream) and (length := stream.declared()) is not None:
+        if length > max_bytes:
+            raise UpstreamResponseTooLarge(_too_large(name, max_bytes))
+        return await stream.read_all()  # the parser stops at the declared length
     declared = response.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise UpstreamResponseTooLarge(_too_large(name, max_bytes))
-    stream = response.stream
     if declared is not None and declared.isdigit() and isinstance(stream, _AiohttpStream) \
             and "content-encoding" not in response.headers:
         # A declared length within the cap and nothing to decode (the usual

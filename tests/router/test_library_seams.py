@@ -127,7 +127,9 @@ def _lines(raw: bytes) -> tuple[bytes, list[bytes], bytes]:
 
 async def test_send_direct_sends_what_the_httpx_request_path_sent():
     """Same request line, headers (a configured non-ASCII value included) and
-    body on the wire, and the same answer, through either entry."""
+    body on the wire, and the same answer, through either entry. The direct
+    entry to a plain-http URL is router.providers.plain, which sends what
+    aiohttp sends minus aiohttp's own defaults (Accept: */*, its User-Agent)."""
     from router.core.backend import BackendSpec
     from router.providers.http import LeanAiohttpTransport, send
 
@@ -150,7 +152,11 @@ async def test_send_direct_sends_what_the_httpx_request_path_sent():
             answers.append((got.response.status_code, got.response.headers.get("x-upstream"), got.first))
         assert answers[0] == answers[1] == (200, "yes", b"{}")
         assert len(seen) == 2
-        assert _lines(seen[0]) == _lines(seen[1])
+        line, headers, body = _lines(seen[1])
+        aiohttp_defaults = [h for h in headers if h.startswith((b"accept: ", b"user-agent: "))]
+        assert len(aiohttp_defaults) == 2
+        assert _lines(seen[0]) == (line, [h for h in headers if h not in aiohttp_defaults], body)
+        assert transport._plain is not None and transport._plain.open == 1  # the plain pool sent the first
     finally:
         await transport.aclose()
         server.close()
