@@ -211,6 +211,8 @@ def tail_usage(body: bytes) -> dict | None:
             end = body.find(b"}", end + 1)
             if end < 0:
                 return None
+            if body.count(b"{", start, end) != body.count(b"}", start, end) + 1:
+                continue  # a nested object's end: not worth a failed parse (an exception each)
             try:
                 obj = orjson.loads(body[start : end + 1])
             except orjson.JSONDecodeError:
