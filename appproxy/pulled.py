@@ -60,7 +60,10 @@ def circuit_of(backend: str) -> str | None:
 
 
 def digest(item: Any) -> bytes:
-    return hashlib.blake2b(orjson.dumps(item), digest_size=16).digest()
+    """Of the item's content, not its spelling: keys sorted, so a mirrored
+    row's raw (PostgreSQL's jsonb keeps no key order) digests as the answer
+    item it was written from (router_services._baseline compares the two)."""
+    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)

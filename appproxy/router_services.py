@@ -10,8 +10,10 @@ Invariants:
 - The desired backends are ``router_plan.desired(circuits, publications)``;
   in ROUTER mode no replica is asked for its model (names come from the
   publications).
-- A pull fetches circuits and ``router-config`` *inside* the lock, so an
-  event applied meanwhile is never reverted by older data. It sends the last
+- A pull fetches ``router-config`` inside the lock and the circuits just
+  before it; a circuit some writer changed after that fetch (the change log
+  says) is left as that writer left it, so an event applied meanwhile is
+  never reverted by older data (router_pull_and_apply). It sends the last
   applied revision as ``known_revision`` (none after a (re)registration or a
   failed apply); 304 applies the circuits only and keeps publications and
   keys; 200 is a full set-diff and stores the new revision.
@@ -51,10 +53,13 @@ from . import pulled, pulls, router_metrics
 from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
 from .models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
 from .plan import Plan
+from .plan import plan as plan_backends
 from .router_plan import RouterPlan, desired
 from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .router_wire import Publication as WirePublication
 from .services import ApplyResult, apply_locked, reconcile_lock, stored_circuit
+from .services import _actual as _actual_backends
+from .services import _mirrored as _mirrored_circuits
 from .wire import Circuit as WireCircuit
 
 log = logging.getLogger(__name__)
@@ -191,14 +196,17 @@ def _apply_router(
     endpoints: Iterable[str] | None = None,
     keys_changed: bool = False,
     plan_all: bool = True,
+    replan: Iterable[str] = (),
 ) -> ApplyResult:
     """Plan and apply; `changed`: publications changed — of `endpoints` only
     when given (only their circuits are planned again). `keys_changed`: the
-    coordinator keys changed, which no plan reads: a revision bump is enough."""
-    replan = None
+    coordinator keys changed, which no plan reads: a revision bump is enough.
+    `replan`: circuits to plan again whatever else changed (a pull's baseline
+    found their backends not as planned)."""
+    again = list(replan)
     if endpoints is not None:
         eps = sorted({str(e).lower() for e in endpoints})
-        replan = list(Circuit.objects.filter(endpoint_id__in=eps).values_list("circuit_id", flat=True))
+        again += Circuit.objects.filter(endpoint_id__in=eps).values_list("circuit_id", flat=True)
     result = apply_locked(
         list(circuits),
         {},
@@ -211,7 +219,7 @@ def _apply_router(
         node_id=node_id,
         desire=router_circuit_desire(authority),
         extra_changed=changed,
-        replan=replan,
+        replan=again if endpoints is not None or again else None,
         plan_all=plan_all,
     )
     if keys_changed and result.revision is None:
@@ -277,10 +285,12 @@ def _forget_revision(authority: str, node_id: str) -> None:
 _pulled: dict[tuple[str, str], tuple[str, int]] = {}
 
 
-# (authority, node_id) → when this process last planned the whole mirror on a
-# pull (monotonic seconds). A pull in between plans only the circuits that
-# changed (services.apply_locked, plan_all=False): the whole comparison held
-# the reconcile lock ~1.6 s at 5,000 circuits, and every event waited it out.
+# (authority, node_id) → when this process last compared the whole mirror
+# (monotonic seconds). A pull in between compares only what can have changed
+# (appproxy/pulled.py); the whole comparison, which also heals any drift, runs
+# on a process's first pull and every PLAN_ALL_EVERY seconds, outside the
+# reconcile lock (_baseline): under it, it held every event ~1.6–2 s at 5,000
+# circuits.
 _planned_all: dict[tuple[str, str], float] = {}
 PLAN_ALL_EVERY = 600.0
 # (authority, node_id) → the circuits that pull applied, item by item (appproxy/pulled.py).
@@ -294,18 +304,62 @@ def _unchanged_since(memo: tuple[str, int] | None, digest: str) -> bool:
     return changes is not None and not changes.keys() & {CIRCUIT, PUBLICATION, BACKEND}
 
 
+def _baseline(authority: str) -> tuple[pulled.Applied, set[str]] | None:
+    """The whole comparison, done without the reconcile lock: every mirrored
+    circuit's row digested (the memo a pull that applied the mirror as it
+    stands would have left) and every circuit whose backends are not what
+    planning it gives (drift) left out of it and named to plan again. As of
+    the revision read first: whatever any writer commits after it, the change
+    log names to the pull that uses the memo (pulled.Applied.delta). None when
+    a mirrored backend's name names no circuit: only a comparison of
+    everything under the lock can say what to do with it."""
+    revision = current_revision()
+    with transaction.atomic():  # one snapshot of rows and backends where the DB gives one
+        rows = {row.circuit_id: row for row in Circuit.objects.only("circuit_id", "raw")}
+        actual = _actual_backends()
+    mirror = _mirrored_circuits(rows)
+    diff = plan_backends(router_circuit_desire(authority)(list(mirror.values()), {}), actual)
+    drifted = set()
+    for name in (*(spec.name for spec in (*diff.add, *diff.update)), *diff.remove):
+        cid = pulled.circuit_of(name)
+        if cid is None:
+            return None
+        drifted.add(cid)
+    digests = {cid: pulled.digest(row.raw) for cid, row in rows.items() if cid not in drifted}
+    return pulled.Applied(revision, digests), drifted
+
+
+def _late(changes: Mapping[str, set[str]]) -> set[str]:
+    """The circuits a change set names (theirs, or one of their backends)."""
+    return set(changes.get(CIRCUIT, ())) | {
+        cid for name in changes.get(BACKEND, ()) if (cid := pulled.circuit_of(name)) is not None
+    }
+
+
 def router_pull_and_apply(
     settings, *, client, worker_id: str, node_id: str, lock_timeout: float = 30.0
 ) -> ApplyResult:
-    """Circuits + router-config, applied as the full desired state (§9.4 step 3/5)."""
+    """Circuits + router-config, applied as the full desired state (§9.4 step 3/5).
+
+    The circuits answer is fetched, parsed and digested before the reconcile
+    lock, and the whole comparison when one is due (_baseline): an event
+    waits only for the writes. A circuit some writer changed after the fetch
+    (the events process applied an event meanwhile: the change log says) is
+    left as that writer left it, and compared again by the next pull — the
+    answer may be older than the event, and an older state is never applied
+    over a newer one. When the change log cannot say, or the pull must
+    compare everything, the circuits are fetched again under the lock."""
     authority = settings.authority
     started = timezone.now()
     cpu0 = time.thread_time()
+    memo = (authority, node_id)
+    fetched_at = current_revision()
+    body = client.circuit_body(worker_id)
+    answer = None if _unchanged_since(_pulled.get(memo), body.digest) else _answer_of(body)
+    base = _memo_for(authority, memo) if answer is not None else None
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first()
         known = (row.revision or None) if row is not None else None
-        body = client.circuit_body(worker_id)
-        digest = body.digest
         try:
             snap = _fetch_snapshot(client, worker_id, known)
         except CoordinatorError:
@@ -313,8 +367,10 @@ def router_pull_and_apply(
             raise
         if snap is None and known is None:
             raise CoordinatorError("GET router-config: 304 without a known revision")
-        memo = (authority, node_id)
-        if snap is None and row is not None and row.first_pull_applied and _unchanged_since(_pulled.get(memo), digest):
+        if (
+            snap is None and row is not None and row.first_pull_applied
+            and _unchanged_since(_pulled.get(memo), body.digest)
+        ):
             # Nothing changed: the same circuits as the pull this process last
             # applied, router-config 304, and no writer changed circuits,
             # publications or backends since (the change log says). Nothing is
@@ -331,21 +387,33 @@ def router_pull_and_apply(
                 WorkerState.objects.filter(pk=row.pk, pull_requested_at__lte=started).update(pull_requested_at=None)
             return ApplyResult(plan=Plan())
         _pulled.pop(memo, None)
-        last_all = _planned_all.get(memo)
-        plan_all = last_all is None or time.monotonic() - last_all >= PLAN_ALL_EVERY
-        items = body.items()
-        ids, digests = pulled.digests_of(items)
-        previous = _applied.pop(memo, None)  # a failed apply leaves no memo behind
+        if answer is None:  # it changed since the look before the lock
+            answer, base = _answer_of(body), _memo_for(authority, memo)
+        previous, replan, compared_all = base if base is not None else (None, set(), False)
+        items, ids, digests = answer
+        _applied.pop(memo, None)  # a failed apply leaves no memo behind
         try:
             with transaction.atomic():
                 lock_revision()
                 published, keys = _apply_snapshot(authority, snap) if snap is not None else (False, False)
                 _record_pull(authority, node_id, snap)  # before the bump: it names the worker row
-                # Only what can have changed since this process's last pull
-                # (appproxy/pulled.py), unless it is time to compare everything.
-                delta = None
-                if previous is not None and not plan_all and not published:
-                    delta = previous.delta(ids, digests, current_revision())
+                # Only what can have changed since this process's last pull (or
+                # the baseline's revision), minus what a writer changed after
+                # the fetch; everything when the change log cannot say.
+                now = current_revision()
+                delta = previous.delta(ids, digests, now) if previous is not None and not published else None
+                late_changes = changes_since(fetched_at, now)
+                late = _late(late_changes) if late_changes is not None else set()
+                if late_changes is None or (late_changes and delta is None):
+                    # The change log cannot say what changed since the fetch, or
+                    # the pull compares everything: the answer of now, under the lock.
+                    body = client.circuit_body(worker_id)
+                    items, ids, digests = _answer_of(body)
+                    late = set()
+                    if previous is not None and not published:
+                        delta = previous.delta(ids, digests, now)
+                elif delta is not None and late:
+                    delta = pulled.Delta([i for i in delta.indices if ids[i] not in late], delta.gone - late)
                 circuits, failed, errors = parse_circuit_items(
                     items if delta is None else [items[i] for i in delta.indices]
                 )
@@ -362,16 +430,16 @@ def router_pull_and_apply(
                     node_id=node_id,
                     changed=published,
                     keys_changed=keys,
-                    plan_all=plan_all,
+                    replan=replan - late if delta is not None else (),
                 )
                 applied_at = current_revision()  # ours: the revision row is locked until commit
         except Exception:
             _forget_revision(authority, node_id)
             raise
-        if digest:
-            _pulled[memo] = (digest, applied_at)
-        _applied[memo] = pulled.applied_after(previous, delta, ids, digests, failed, applied_at)
-        if plan_all:
+        if body.digest and not late:
+            _pulled[memo] = (body.digest, applied_at)
+        _applied[memo] = pulled.applied_after(previous, delta, ids, digests, {*failed, *late}, applied_at)
+        if compared_all or delta is None:
             _planned_all[memo] = time.monotonic()
     pulls.note_cost(authority, node_id, (time.thread_time() - cpu0) * 1000)
     if snap is not None:
@@ -385,6 +453,26 @@ def router_pull_and_apply(
             },
         )
     return result
+
+
+def _answer_of(body) -> tuple[list[Any], list[str | None], list[bytes | None]]:
+    """The answer's items, their circuit ids and digests (pulled.digests_of)."""
+    items = body.items()
+    ids, digests = pulled.digests_of(items)
+    return items, ids, digests
+
+
+def _memo_for(authority: str, memo: tuple[str, str]) -> tuple[pulled.Applied | None, set[str], bool] | None:
+    """(what to compare the answer against, circuits to plan again, whether
+    that is a whole comparison): this process's last pull, or a baseline of
+    the whole mirror when it has none or one is due; None when only a whole
+    comparison under the lock will do."""
+    previous = _applied.get(memo)
+    last_all = _planned_all.get(memo)
+    if previous is not None and last_all is not None and time.monotonic() - last_all < PLAN_ALL_EVERY:
+        return previous, set(), False
+    base = _baseline(authority)
+    return None if base is None else (base[0], base[1], True)
 
 
 def apply_publication(authority: str, pub: WirePublication, *, lock_timeout: float = 30.0) -> ApplyResult:

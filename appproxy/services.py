@@ -220,7 +220,9 @@ def apply_locked(  # the caller holds reconcile_lock
 ) -> ApplyResult:
     """`extra_changed`: an input of the plan other than circuits changed (the
     publications); every circuit is planned again, or only the mirrored
-    circuits `replan` names when the caller knows which it affects.
+    circuits `replan` names when the caller knows which it affects. `replan`
+    alone (a pull's comparison found those circuits' backends not as planned)
+    plans them again too.
 
     `plan_all=False` (a full pull whose only news is in the circuits): the
     whole set is still compared row by row to find what changed, but only
@@ -261,7 +263,7 @@ def apply_locked(  # the caller holds reconcile_lock
             if read_all
             else Circuit.objects.count() - len(gone) + len(incoming.keys() - rows.keys())
         )
-        if upserted or gone or extra_changed:
+        if upserted or gone or extra_changed or replanning:
             scope: set[str] | None = None
             if whole:
                 # The whole mirror after this apply, and each circuit's model.
@@ -280,10 +282,13 @@ def apply_locked(  # the caller holds reconcile_lock
                     c for cid in sorted(replanning - incoming.keys() - gone) if cid in rows
                     if (c := stored_circuit(rows[cid])) is not None
                 ]
-                scope = {*upserted, *gone, *(str(c.id) for c in again)}
+                # (a circuit named in `replan` without a row: its backends are
+                # compared too, so any left over are removed)
+                scope = {*upserted, *gone, *(str(c.id) for c in again), *replanning}
                 by_key = known_models() if desire is None else {}  # ROUTER's desire reads no models
                 by_key.update((incoming[cid].model_key, m) for cid, m in model_of.items() if m)
-                planned = [*(incoming[cid] for cid in upserted), *again]
+                as_sent = [incoming[cid] for cid in sorted(replanning & incoming.keys() - set(upserted))]
+                planned = [*(incoming[cid] for cid in upserted), *as_sent, *again]
             desired = (desire or desired_backends)(planned, by_key)
             for cid in upserted:
                 _write_circuit(rows.get(cid), incoming[cid], model_of[cid], desired, now)
