@@ -100,16 +100,24 @@ class Applied:
         return Delta(indices, (mine.keys() | touched) - listed)
 
 
+# The digest of a circuit the memo names but does not vouch for: equal to no
+# item's, so the next pull compares it if the answer lists it, and removes it
+# if the answer no longer does.
+UNSURE = b""
+
+
 def applied_after(
     previous: Applied | None,
     delta: Delta | None,
     ids: list[str | None],
     digests: list[bytes | None],
-    failed: Iterable[str],
+    unsure: Iterable[str],
     revision: int,
 ) -> Applied:
     """The memo once a pull applied `delta` of this answer (all of it when None).
-    An item that failed to parse is left out: the next pull looks at it again."""
+    `unsure`: circuits it did not apply as the answer has them (an item that
+    failed to parse; one a writer changed after the fetch): the next pull
+    looks at them again, listed or not."""
     out = dict(previous.digests) if previous is not None and delta is not None else {}
     if delta is not None:
         for gone in delta.gone:
@@ -117,8 +125,8 @@ def applied_after(
     for cid, d in zip(ids, digests, strict=True):
         if cid is not None and d is not None:
             out[cid] = d
-    for bad in failed:
-        out.pop(bad, None)
+    for cid in unsure:
+        out[cid] = UNSURE
     return Applied(revision, out)
 
 

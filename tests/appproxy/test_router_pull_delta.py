@@ -329,6 +329,29 @@ def test_an_event_applied_after_the_fetch_is_not_reverted_by_the_older_answer(se
     assert_mirror_is_from_scratch(setup)
 
 
+def test_a_circuit_a_late_event_added_after_the_fetch_goes_when_the_next_answer_lacks_it(setup):
+    """A stale `created` event, applied between the fetch and the lock, of a
+    deployment the coordinator has deleted since: the pull leaves it (it
+    cannot tell the event from a newer state), the next one removes it."""
+    m = setup.manager
+    keep = endpoint(m, "keep", setup.replicas[0])
+    m.publish("chat", {keep: 1.0})
+    pull(setup)
+    brief = endpoint(m, "brief", setup.replicas[1])
+    added = [c for c in coordinator_circuits(setup).values() if str(c.endpoint_id) == brief]
+    assert m.delete(brief).status_code in (200, 503)
+    desire = router_services.router_circuit_desire(setup.authority)
+
+    def stale_created() -> None:
+        services.reconcile_apply(added, source="created", authority=setup.authority, desire=desire)
+
+    late = LateEvent(setup.client, stale_created)
+    router_services.router_pull_and_apply(setup.settings, client=late, worker_id=setup.worker_id, node_id="n1")
+    assert Circuit.objects.filter(circuit_id=str(added[0].id)).exists()  # left as the event left it
+    pull(setup)
+    assert_mirror_is_from_scratch(setup)
+
+
 def test_a_random_run_with_restarts_and_late_events_matches_a_from_scratch_mirror(setup):
     rng = random.Random(9)
     m = setup.manager
