@@ -91,19 +91,35 @@ def known_models() -> dict[str, str]:
     return out
 
 
+SCOPE_IN_SQL = 64  # circuits whose backends _actual() selects in SQL; beyond, it filters the rows itself
+
+
 def _actual(circuit_ids: Collection[str] | None = None, names: Collection[str] = ()) -> dict[str, BackendSpec]:
     """Every Backend row, as the plan compares them (ours fully, others by name);
     with `circuit_ids`, only the backends of those circuits and `names`."""
     out: dict[str, BackendSpec] = {}
     rows = Backend.objects.all()
-    if circuit_ids is not None:
+    wanted: set[str] | None = None
+    if circuit_ids is not None and len(circuit_ids) > SCOPE_IN_SQL:
+        # Many circuits (a pull that found most of the mirror new): one
+        # `name LIKE …` per circuit made a query of thousands of ORs that
+        # SQLite took tens of seconds over; the names are matched here instead.
+        wanted = set(circuit_ids)
+        named = set(names)
+        rows = rows.filter(Q(name__in=list(named)) | Q(name__startswith=NAME_PREFIX))
+    elif circuit_ids is not None:
         scope = Q(name__in=list(names))
         for cid in circuit_ids:
             scope |= Q(name__startswith=f"{NAME_PREFIX}{cid}-")
         rows = rows.filter(scope)
+    start, end = len(NAME_PREFIX), len(NAME_PREFIX) + 36
     for name, source, url, kind, models, weight in rows.values_list(
         "name", "source", "url", "kind", "models", "weight"
     ):
+        if wanted is not None and name not in named and not (
+            name.startswith(NAME_PREFIX) and name[start:end] in wanted and name[end : end + 1] == "-"
+        ):
+            continue
         if source == SOURCE:
             out[name] = BackendSpec(
                 name=name, url=url, kind=kind, models=tuple(models or ()), weight=weight, source=SOURCE

@@ -274,3 +274,26 @@ def test_a_burst_of_route_updates_is_applied_in_one_reconcile(openai_backends):
         assert stored["traffic_ratio"] == (57 + k + 1) / 100
     assert len(ours()) == 3
     assert EventRecord.objects.filter(name=ROUTE_UPDATED, ok=True).count() == 60
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_backends_of_some_circuits_are_read_alike_in_sql_and_by_name(many):
+    """services._actual(circuits): a few circuits select their backends in SQL,
+    many (a pull that found most of the mirror new) filter every mirrored
+    row by name; both give exactly the backends `appproxy-<circuit>-…` and
+    the names asked for."""
+    from appproxy import services
+
+    cids = [str(uuid.uuid4()) for _ in range(services.SCOPE_IN_SQL * 2)]
+    rows = [Backend(name=f"appproxy-{cid}-r{r}", source=Source.APPPROXY, url=f"http://10.0.0.{r}:8000",
+                    models=["m"]) for cid in cids for r in (1, 2)]
+    rows += [Backend(name="appproxy-not-a-circuit", source=Source.APPPROXY, url="http://10.0.0.9:1"),
+             Backend(name="operator-one", source=Source.ADMIN, url="http://10.0.0.8:1"),
+             Backend(name=f"appproxy-{cids[0]}x-r1", source=Source.APPPROXY, url="http://10.0.0.7:1")]
+    Backend.objects.bulk_create(rows)
+    scope = cids[: services.SCOPE_IN_SQL + 1] if many else cids[:3]
+    got = services._actual(scope, ["operator-one"])
+    want = {b.name for b in rows if b.name == "operator-one"
+            or any(b.name.startswith(f"appproxy-{cid}-") for cid in scope)}
+    assert set(got) == want
+    assert got[f"appproxy-{scope[0]}-r2"].url == "http://10.0.0.2:8000"
