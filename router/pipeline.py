@@ -230,7 +230,9 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                 obs.setdefault("failures", []).append(spec.name)
                 if failure.detail:  # for the operator (the observation), never the client
                     obs.setdefault("failure_details", {})[spec.name] = failure.detail[-DETAIL_MAX:]
-                if retry.backoff_s and attempts < retry.max_attempts:
+                if retry.backoff_s and attempts < retry.max_attempts and _untried(rt, snap, target, scope, tried):
+                    # Only before another backend is tried: with none left, the
+                    # answer (a fallback's or the error) is not held back.
                     await asyncio.sleep(retry.backoff_s * attempts)
                 continue
             except RouterError as exc:
@@ -294,6 +296,10 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             raise UpstreamTimeout(f"No backend for '{model}' answered in time.")
         raise UpstreamError(f"Every backend tried for '{model}' failed ({last_failure.reason}).")
     raise NoBackendAvailable(f"No healthy backend is available for '{model}'.")
+
+
+def _untried(rt: Runtime, snap, target: str, scope: str | None, tried: set[str]) -> bool:
+    return any(c.spec.name not in tried for c in rt.candidates(snap, target, scope))
 
 
 async def _acquire(

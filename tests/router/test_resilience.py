@@ -111,6 +111,21 @@ def test_all_down_without_fallback_is_a_clear_5xx(openai_backends, router_factor
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend_available"
 
 
+def test_backoff_waits_only_before_another_backend(openai_backends, router_factory):
+    """The retry backoff is a pause before trying another backend: with no
+    backend left to try, the error is answered at once, not after it (a
+    60 s backoff here; the client gives up after 20 s)."""
+    (a,) = openai_backends("a")
+    router = router_factory(
+        f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\nretry: {{max_attempts: 3, backoff: 60}}\n"
+        "health: {failure_threshold: 5}\n"
+    )
+    a.stop()
+    r = httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=20)
+    assert r.status_code == 502
+    assert r.json()["error"]["code"] == "upstream_error"
+
+
 def test_upstream_error_status_is_relayed_after_retries(openai_backends, router_factory):
     a, b = openai_backends("a", "b")
     a.behavior.status = 503
