@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
@@ -94,6 +94,19 @@ def known_models() -> dict[str, str]:
 SCOPE_IN_SQL = 64  # circuits whose backends _actual() selects in SQL; beyond, it filters the rows itself
 
 
+def _prefixed(prefix: str) -> Q:
+    """Names that start with `prefix` (which ends in "-"). SQLite's LIKE is
+    case-insensitive, so it cannot use the name index: one circuit's
+    backends cost a scan of every backend (~3 ms at 20,000, a fifth of an
+    event's apply). Its BINARY collation orders by code point, so the range
+    [prefix, prefix with "-" → ".") is exactly the names with the prefix, and
+    an index seek. Other databases' collations need not order that way:
+    LIKE there."""
+    if connection.vendor == "sqlite":
+        return Q(name__gte=prefix, name__lt=prefix[:-1] + ".")
+    return Q(name__startswith=prefix)
+
+
 def _actual(circuit_ids: Collection[str] | None = None, names: Collection[str] = ()) -> dict[str, BackendSpec]:
     """Every Backend row, as the plan compares them (ours fully, others by name);
     with `circuit_ids`, only the backends of those circuits and `names`."""
@@ -110,7 +123,7 @@ def _actual(circuit_ids: Collection[str] | None = None, names: Collection[str] =
     elif circuit_ids is not None:
         scope = Q(name__in=list(names))
         for cid in circuit_ids:
-            scope |= Q(name__startswith=f"{NAME_PREFIX}{cid}-")
+            scope |= _prefixed(f"{NAME_PREFIX}{cid}-")
         rows = rows.filter(scope)
     start, end = len(NAME_PREFIX), len(NAME_PREFIX) + 36
     for name, source, url, kind, models, weight in rows.values_list(

@@ -290,6 +290,11 @@ def test_backends_of_some_circuits_are_read_alike_in_sql_and_by_name(many):
     rows += [Backend(name="appproxy-not-a-circuit", source=Source.APPPROXY, url="http://10.0.0.9:1"),
              Backend(name="operator-one", source=Source.ADMIN, url="http://10.0.0.8:1"),
              Backend(name=f"appproxy-{cids[0]}x-r1", source=Source.APPPROXY, url="http://10.0.0.7:1")]
+    # Names next to a circuit's prefix in code-point order (SQLite reads a
+    # circuit's backends as a range of names), and one in upper case.
+    rows += [Backend(name=f"appproxy-{cids[1]}{tail}", source=Source.APPPROXY, url="http://10.0.0.6:1")
+             for tail in ("", ",r1", ".r1", "-")]
+    rows += [Backend(name=f"appproxy-{cids[2].upper()}-r1", source=Source.APPPROXY, url="http://10.0.0.5:1")]
     Backend.objects.bulk_create(rows)
     scope = cids[: services.SCOPE_IN_SQL + 1] if many else cids[:3]
     got = services._actual(scope, ["operator-one"])
