@@ -68,3 +68,62 @@ def test_ip_list_with_no_valid_entry_fails_closed():
 def test_zero_rate_limit_means_unlimited():
     assert record(rate_limit=0).rate_limit is None
     assert record(rate_limit=5).rate_limit == 5
+
+
+# --- replaced(): an overlay over a shared base, equal to a from-scratch build ---
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _rec(ident: int, version: int):
+    return make_record(id=f"operator:{ident}", name=f"k{ident}", source="operator",
+                       key_hash=hash_key(f"sk-{ident}-{version}"), hint="…")
+
+
+# A step: the ids a change names, each one revoked (None) or (re)issued at a version.
+STEP = st.dictionaries(st.integers(0, 40), st.one_of(st.none(), st.integers(0, 3)), min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(STEP, min_size=1, max_size=60), st.sampled_from([2, 8, 1024]), st.integers(0, 30))
+def test_replaced_keyring_equals_a_fresh_build_after_every_change(steps, compact, start):
+    """A random run of revocations, issues and rotations: after every change
+    the keyring holds exactly what a keyring built from scratch over the
+    current keys holds (lookups, length, iteration, the gate's two layers),
+    whether or not the overlay was compacted meanwhile, and every earlier
+    keyring still holds what it held."""
+    default, Keyring.COMPACT = Keyring.COMPACT, compact
+    try:
+        _run(steps, start)
+    finally:
+        Keyring.COMPACT = default
+
+
+def _run(steps, start):
+    current = {i: _rec(i, 0) for i in range(start)}
+    ring = Keyring(current.values())
+    history = []
+    for step in steps:
+        ids = [f"operator:{i}" for i in step]
+        records = []
+        for i, version in step.items():
+            if version is None:
+                current.pop(i, None)
+            else:
+                current[i] = _rec(i, version)
+                records.append(current[i])
+        history.append((ring, dict(ring.items())))
+        ring = ring.replaced(ids, records)
+        scratch = Keyring(current.values())
+        assert dict(ring.items()) == dict(scratch.items())
+        assert len(ring) == len(scratch) == len(list(ring))
+        over, base = ring.layers()
+        for i in range(41):
+            for version in range(4):
+                digest = hash_key(f"sk-{i}-{version}")
+                want = scratch.get(digest)
+                got = over[digest] if digest in over else base.get(digest)
+                assert got == want and ring.get(digest) == want and (digest in ring) == (want is not None)
+    for old, held in history:
+        assert dict(old.items()) == held
