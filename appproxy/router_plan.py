@@ -29,7 +29,7 @@ Exactly the seed's rule (the shipped, flattened composition):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from router.core.backend import BackendSpec
@@ -38,7 +38,17 @@ from .plan import MAX_WEIGHT, MIN_WEIGHT, NAME_PREFIX, SOURCE, route_url
 from .router_wire import Publication
 from .wire import Circuit
 
-__all__ = ["RouterPlan", "composed_weight", "desired", "round_half_up", "sanitize"]
+__all__ = [
+    "EndpointIndex",
+    "RouterPlan",
+    "composed_weight",
+    "desired",
+    "desired_backends",
+    "index",
+    "reindexed",
+    "round_half_up",
+    "sanitize",
+]
 
 
 def sanitize(ratio: object) -> float:
@@ -79,19 +89,82 @@ class RouterPlan:
     drained: tuple[str, ...]  # route backends not created because composed == 0
 
 
-def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) -> RouterPlan:
-    pubs = list(publications)
-    # endpoint → (max sanitised ratio, names of every referencing publication)
+@dataclass(frozen=True, slots=True)
+class EndpointIndex:
+    """What the publications say of each endpoint: the max sanitised ratio
+    over every mapping that names it, the names of every publication that
+    maps it, and those publications (``members``), in the order of their
+    primary names. Built once per set of publications (``index``) and
+    patched for the ones that change (``reindexed``), so planning a few
+    circuits costs what they cost, not what 2,000 publications do."""
+
+    ratio_of: dict[str, float]
+    names_of: dict[str, tuple[str, ...]]
+    members: dict[str, tuple[str, ...]]
+
+
+def index(publications: Iterable[Publication]) -> EndpointIndex:
     ratio_of: dict[str, float] = {}
     names_of: dict[str, dict[str, None]] = {}
-    for pub in pubs:
+    members: dict[str, dict[str, None]] = {}
+    for pub in sorted(publications, key=lambda p: p.model):
+        names = pub.names
         for mapping in pub.mappings:
             ep = mapping.endpoint_id
             ratio_of[ep] = max(ratio_of.get(ep, 0.0), sanitize(mapping.ratio))
+            members.setdefault(ep, {}).setdefault(pub.model, None)
             bucket = names_of.setdefault(ep, {})
-            for name in pub.names:
+            for name in names:
                 bucket.setdefault(name, None)
+    return EndpointIndex(
+        ratio_of,
+        {ep: tuple(names) for ep, names in names_of.items()},
+        {ep: tuple(models) for ep, models in members.items()},
+    )
 
+
+def reindexed(
+    idx: EndpointIndex, before: Iterable[Publication], after: Mapping[str, Publication], changed: Iterable[str]
+) -> EndpointIndex:
+    """`idx` with the publications `changed` (primary names) as they are in
+    `after` (every publication now, by primary name; a name not in it is
+    gone); `before`: their versions `idx` was built from. Only the endpoints
+    either version maps are computed again; the result equals
+    ``index(after.values())``."""
+    changed = set(changed)
+    endpoints = {m.endpoint_id for pub in before for m in pub.mappings}
+    endpoints |= {m.endpoint_id for name in changed if name in after for m in after[name].mappings}
+    ratio_of, names_of, members = dict(idx.ratio_of), dict(idx.names_of), dict(idx.members)
+    for ep in endpoints:
+        now = {name for name in members.get(ep, ()) if name not in changed}
+        now |= {name for name in changed if name in after and any(m.endpoint_id == ep for m in after[name].mappings)}
+        if not now:
+            ratio_of.pop(ep, None)
+            names_of.pop(ep, None)
+            members.pop(ep, None)
+            continue
+        ordered = tuple(sorted(now))
+        ratio = 0.0
+        names: dict[str, None] = {}
+        for name in ordered:
+            pub = after[name]
+            for mapping in pub.mappings:
+                if mapping.endpoint_id == ep:
+                    ratio = max(ratio, sanitize(mapping.ratio))
+            names.update(dict.fromkeys(pub.names))
+        ratio_of[ep], names_of[ep], members[ep] = ratio, tuple(names), ordered
+    return EndpointIndex(ratio_of, names_of, members)
+
+
+@dataclass(slots=True)
+class _Planned:
+    backends: dict[str, BackendSpec]
+    pending_circuits: list[str]
+    drained: list[str]
+    served_endpoints: set[str]
+
+
+def _plan(circuits: Iterable[Circuit], idx: EndpointIndex) -> _Planned:
     out: dict[str, BackendSpec] = {}
     pending_circuits: list[str] = []
     drained: list[str] = []
@@ -100,15 +173,15 @@ def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) ->
         if not circuit.is_inference or circuit.endpoint_id is None:
             continue
         ep = str(circuit.endpoint_id).lower()
-        if ep not in names_of:
+        models = idx.names_of.get(ep)
+        if models is None:
             pending_circuits.append(str(circuit.id))
             continue
-        models = tuple(names_of[ep])
         kind = "vllm" if circuit.runtime_variant == "vllm" else "openai_compat"
-        for index, route in enumerate(circuit.route_info):
-            key = str(route.route_id) if route.route_id is not None else str(index)
+        for i, route in enumerate(circuit.route_info):
+            key = str(route.route_id) if route.route_id is not None else str(i)
             name = f"{NAME_PREFIX}{circuit.id}-r{key}"
-            weight = composed_weight(ratio_of[ep], route.traffic_ratio)
+            weight = composed_weight(idx.ratio_of[ep], route.traffic_ratio)
             if weight is None:
                 drained.append(name)
                 continue
@@ -116,12 +189,24 @@ def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) ->
             out[name] = BackendSpec(
                 name=name, url=route_url(route), kind=kind, models=models, weight=weight, source=SOURCE
             )
+    return _Planned(out, pending_circuits, drained, served_endpoints)
+
+
+def desired_backends(circuits: Iterable[Circuit], idx: EndpointIndex) -> dict[str, BackendSpec]:
+    """``desired(circuits, publications).backends``, given the publications' index."""
+    return dict(sorted(_plan(circuits, idx).backends.items()))
+
+
+def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) -> RouterPlan:
+    pubs = list(publications)
+    planned = _plan(circuits, index(pubs))
+    served = planned.served_endpoints
     published = sorted({name for pub in pubs for name in pub.names})
-    pending_pubs = sorted(pub.model for pub in pubs if not any(m.endpoint_id in served_endpoints for m in pub.mappings))
+    pending_pubs = sorted(pub.model for pub in pubs if not any(m.endpoint_id in served for m in pub.mappings))
     return RouterPlan(
-        backends=dict(sorted(out.items())),
+        backends=dict(sorted(planned.backends.items())),
         published=tuple(published),
-        pending_circuits=tuple(sorted(pending_circuits)),
+        pending_circuits=tuple(sorted(planned.pending_circuits)),
         pending_publications=tuple(pending_pubs),
-        drained=tuple(sorted(drained)),
+        drained=tuple(sorted(planned.drained)),
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -45,7 +45,7 @@ from router.revision import (
     changes_since,
     current_revision,
     lock_revision,
-    pending,
+    pending_names,
     touch,
 )
 
@@ -54,7 +54,7 @@ from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
 from .models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
 from .plan import Plan
 from .plan import plan as plan_backends
-from .router_plan import RouterPlan, desired
+from .router_plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
 from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .router_wire import Publication as WirePublication
 from .services import ApplyResult, apply_locked, reconcile_lock, stored_circuit
@@ -76,46 +76,85 @@ __all__ = [
 ]
 
 
-# authority → (the revision they were read at, the publications). Every plan
-# of a circuit reads them (an event's too): 2,000 rows validated were ~0.1 s
-# of each route replace's time to routable. The change log says when they
-# changed since; every publication write names its row (touch(PUBLICATION)).
-_publications: dict[str, tuple[int, list[WirePublication]]] = {}
+# authority → the publications as read at a revision, and their endpoint
+# index. Every plan of a circuit reads them (an event's too): 2,000 rows
+# validated were ~0.1 s of each route replace's time to routable, and the
+# index over them ~20 ms more. The change log says which changed since
+# (every publication write names its row: touch(PUBLICATION)); only those
+# rows are read again and only their endpoints indexed again.
+class _Read:
+    __slots__ = ("_index", "by_model", "revision")
+
+    def __init__(self, revision: int, by_model: dict[str, WirePublication], idx: EndpointIndex | None = None) -> None:
+        self.revision, self.by_model, self._index = revision, by_model, idx
+
+    @property
+    def index(self) -> EndpointIndex:
+        if self._index is None:
+            self._index = index(self.by_model.values())
+        return self._index
+
+    def patched(self, revision: int, authority: str, names: set[str]) -> _Read:
+        """This read with the publications `names` read again."""
+        fresh = _read_publications(authority, names)
+        by_model = {m: p for m, p in self.by_model.items() if m not in names}
+        by_model.update(fresh)
+        by_model = dict(sorted(by_model.items()))
+        before = [self.by_model[m] for m in names if m in self.by_model]
+        return _Read(revision, by_model, reindexed(self.index, before, by_model, names))
+
+
+_publications: dict[str, _Read] = {}
+
+
+def _current(authority: str) -> _Read:
+    """The mirrored publications of the authority: those of the last read,
+    with the ones the change log names since (or this transaction wrote)
+    read again; all of them when the log cannot say. What this transaction
+    wrote is read but never remembered (it may roll back)."""
+    own = pending_names(PUBLICATION)  # None: it wrote rows it did not name
+    current = current_revision()
+    cached = _publications.get(authority)
+    read = None
+    if cached is not None:
+        if cached.revision == current:
+            read = cached
+        else:
+            changes = changes_since(cached.revision, current) if cached.revision < current else None
+            if changes is not None:
+                names = changes.get(PUBLICATION, set())
+                if not names:
+                    cached.revision = current
+                    read = cached
+                elif own is not None and not names & own:
+                    read = cached.patched(current, authority, names)
+    if own is None or (read is None and own):
+        # (a writer calls this before its first write, so that this is rare)
+        return _Read(0, _read_publications(authority))
+    if read is None:
+        read = _Read(current, _read_publications(authority))
+    _publications[authority] = read
+    return read.patched(0, authority, own) if own else read
 
 
 def publications(authority: str) -> list[WirePublication]:
-    """The mirrored publications of the authority, as wire objects (read again
-    only when the change log names a publication since the last read, or when
-    this transaction has written one)."""
-    if pending(PUBLICATION):  # this transaction's own writes: read them, remember nothing
-        return _read_publications(authority)
-    current = current_revision()
-    cached = _publications.get(authority)
-    if cached is not None:
-        revision, pubs = cached
-        if revision == current:
-            return list(pubs)
-        changes = changes_since(revision, current) if revision < current else None
-        if changes is not None and PUBLICATION not in changes:
-            _publications[authority] = (current, pubs)
-            return list(pubs)
-    pubs = _read_publications(authority)
-    _publications[authority] = (current, pubs)
-    return list(pubs)
+    """The mirrored publications of the authority, as wire objects, by primary name."""
+    return list(_current(authority).by_model.values())
 
 
-def _read_publications(authority: str) -> list[WirePublication]:
-    out = []
-    for row in Publication.objects.filter(authority=authority).order_by("model"):
-        out.append(
-            WirePublication.model_validate(
-                {
-                    "model": row.model,
-                    "aliases": row.aliases or [],
-                    "mappings": row.mappings or [],
-                    "control_mode": row.control_mode,
-                }
-            )
+def _read_publications(authority: str, names: Collection[str] | None = None) -> dict[str, WirePublication]:
+    rows = Publication.objects.filter(authority=authority)
+    if names is not None:
+        rows = rows.filter(model__in=list(names))
+    out = {}
+    for row in rows.order_by("model"):
+        out[row.model] = WirePublication.model_validate(
+            {
+                "model": row.model,
+                "aliases": row.aliases or [],
+                "mappings": row.mappings or [],
+                "control_mode": row.control_mode,
+            }
         )
     return out
 
@@ -124,7 +163,7 @@ def router_circuit_desire(authority: str):
     """The ``desire`` function services.apply_locked uses in ROUTER mode."""
 
     def desire(circuits: Iterable[WireCircuit], _models: Mapping[str, str]) -> dict[str, BackendSpec]:
-        return desired(circuits, publications(authority)).backends
+        return desired_backends(circuits, _current(authority).index)
 
     return desire
 
@@ -257,6 +296,7 @@ def _fetch_snapshot(client, worker_id: str, known: str | None) -> RouterSnapshot
 
 def _apply_snapshot(authority: str, snap: RouterSnapshot) -> tuple[bool, bool]:
     """(publications changed, coordinator keys changed)."""
+    _current(authority)  # brought up to date before the writes: a plan then reads only the rows they name
     published = _sync_publications(authority, snap)
     keys = sync_coordinator_keys((_coordinator_key(k) for k in snap.keys), full=True, keep=snap.skipped_keys)
     return published, keys
@@ -484,6 +524,7 @@ def apply_publication(authority: str, pub: WirePublication, *, lock_timeout: flo
     """model_updated: upsert the full publication (by primary name)."""
     with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
         lock_revision()
+        _current(authority)  # brought up to date before the write: the plan then reads only this row
         before = Publication.objects.filter(authority=authority, model=pub.model).values_list("mappings", flat=True)
         endpoints = _endpoints(pub.mappings) | _endpoints(before.first() or ())
         changed = _write_publication(authority, pub)
@@ -494,6 +535,7 @@ def remove_publication(authority: str, model: str, *, lock_timeout: float = 30.0
     """model_removed: the publication and all its aliases go."""
     with reconcile_lock(authority, blocking_timeout=lock_timeout), transaction.atomic():
         lock_revision()
+        _current(authority)  # brought up to date before the write: the plan then reads only what it removed
         rows = Publication.objects.filter(authority=authority, model=model)
         endpoints = set().union(*(_endpoints(m) for m in rows.values_list("mappings", flat=True)))
         deleted, _ = rows.delete()

@@ -61,11 +61,13 @@ def touch(topic: str, *names: str) -> None:
     changes.setdefault(topic, set()).update(str(n) for n in names)
 
 
-def pending(topic: str) -> bool:
-    """This thread has named rows of `topic` that the next bump will log (its
-    transaction wrote them; nothing else can see them yet)."""
+def pending_names(topic: str) -> set[str] | None:
+    """The names of `topic` this thread's transaction wrote so far (empty:
+    none; None: it wrote something it did not name)."""
     changes: dict[str, set[str]] = getattr(_pending, "changes", None) or {}
-    return topic in changes or ALL in changes
+    if ALL in changes:
+        return None
+    return set(changes.get(topic, ()))
 
 
 def _drain() -> list[tuple[str, str]]:

@@ -253,3 +253,43 @@ def test_the_plan_is_order_independent_and_complete(world, rnd):
 
 def vars_of(spec) -> dict:
     return {f: getattr(spec, f) for f in ("name", "url", "kind", "weight", "source")}
+
+
+_EPS = [str(uuid.UUID(int=i + 1)) for i in range(5)]
+# A change: publication `model-<n>` is removed (None) or written with these
+# mappings and aliases (aliases may name another publication's alias).
+_CHANGE = st.tuples(
+    st.integers(0, 6),
+    st.one_of(
+        st.none(),
+        st.tuples(
+            st.lists(st.tuples(st.sampled_from(_EPS), _ratios), max_size=3),
+            st.lists(st.sampled_from(["a", "b", "model-1"]), max_size=2),
+        ),
+    ),
+)
+
+
+@given(st.lists(st.lists(_CHANGE, min_size=1, max_size=3), min_size=1, max_size=30), _world())
+def test_a_patched_index_equals_a_fresh_one_after_every_change(steps, world):
+    """The endpoint index kept up to date by `reindexed` (as the events
+    process does, one change set at a time) equals one built from scratch
+    over the publications of now, and so plans the same backends."""
+    from appproxy.router_plan import desired_backends, index, reindexed
+
+    circuits, _ = world
+    now: dict[str, Publication] = {}
+    idx = index(())
+    for step in steps:
+        before = dict(now)
+        for n, change in step:
+            name = f"model-{n}"
+            if change is None:
+                now.pop(name, None)
+            else:
+                mappings, aliases = change
+                now[name] = pub(name, *mappings, aliases=tuple(aliases))
+        changed = {f"model-{n}" for n, _ in step}
+        idx = reindexed(idx, [before[m] for m in changed if m in before], dict(sorted(now.items())), changed)
+        assert idx == index(now.values())
+        assert desired_backends(circuits, idx) == desired(circuits, now.values()).backends

@@ -170,6 +170,11 @@ def test_circuit_of_reads_mirrored_backend_names_only():
 
 
 def publication_reads(fn) -> tuple[object, int]:
+    result, reads = publication_sql(fn)
+    return result, len(reads)
+
+
+def publication_sql(fn) -> tuple[object, list[str]]:
     reads = []
 
     def record(execute, sql, params, many, context):
@@ -179,7 +184,7 @@ def publication_reads(fn) -> tuple[object, int]:
 
     with connection.execute_wrapper(record):
         result = fn()
-    return result, len(reads)
+    return result, reads
 
 
 def test_publications_are_read_again_only_after_one_changed(setup):
@@ -203,7 +208,17 @@ def test_publications_are_read_again_only_after_one_changed(setup):
     router_services.apply_publication(  # as a model_updated event applies it
         setup.authority, WirePublication.model_validate({"model": "chat3", "aliases": [], "mappings": []})
     )
-    assert names(router_services.publications(setup.authority)) == ["chat", "chat2", "chat3"]
+    # Only the row the change log names is read again, not all of them.
+    pubs, reads = publication_reads(lambda: router_services.publications(setup.authority))
+    assert names(pubs) == ["chat", "chat2", "chat3"] and reads == 1
+    _, sql = publication_sql(lambda: router_services.publications(setup.authority))
+    assert sql == []
+    router_services.apply_publication(
+        setup.authority, WirePublication.model_validate({"model": "chat4", "aliases": [], "mappings": []})
+    )
+    _, sql = publication_sql(lambda: router_services.publications(setup.authority))
+    assert len(sql) == 1 and " IN (" in sql[0]
+    router_services.remove_publication(setup.authority, "chat4")
     router_services.remove_publication(setup.authority, "chat")
     assert names(router_services.publications(setup.authority)) == ["chat2", "chat3"]
     assert_mirror_is_from_scratch_of_publications(setup)
@@ -213,7 +228,7 @@ def assert_mirror_is_from_scratch_of_publications(s) -> None:
     """The backends as planned from the publications read straight from the DB."""
     rows = list(Circuit.objects.all())
     every = [services.stored_circuit(row) for row in rows]
-    scratch = desired(every, router_services._read_publications(s.authority)).backends
+    scratch = desired(every, router_services._read_publications(s.authority).values()).backends
     assert not plan(scratch, services._actual())
 
 
