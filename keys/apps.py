@@ -19,6 +19,10 @@ class KeysConfig(AppConfig):
 
         extensions.register_gate_factory(gate_for)
         extensions.register_snapshot_part(
-            "keyring", lambda _document: compile_keyring(), topics=(TOPIC,), update=update_keyring
+            "keyring",
+            lambda _document: compile_keyring(),
+            topics=(TOPIC,),
+            update=update_keyring,
+            requests_only=True,  # the tasks process never checks a key: 2 of its 2.7 s compile at 100,000 keys
         )
         extensions.register_doctor_check("keys", doctor.check)  # manage.py doctor: a usable key in blocking mode

@@ -129,6 +129,9 @@ class PartSpec:
     topics: frozenset[str] | None = None
     # None: compiled again when one of its topics changed.
     update: PartUpdate | None = None
+    # Read only by the request path (the key gate): a process that serves no
+    # request (the tasks process) leaves the field at its default.
+    requests_only: bool = False
 
 
 _snapshot_parts: dict[str, PartSpec] = {}
@@ -153,15 +156,21 @@ def register_snapshot_part(
     *,
     topics: Iterable[str] | None = None,
     update: PartUpdate | None = None,
+    requests_only: bool = False,
 ) -> None:
-    """`field` names a Snapshot field (e.g. "keyring", "ingress")."""
+    """`field` names a Snapshot field (e.g. "keyring", "ingress");
+    `requests_only`: only the request path reads it (see PartSpec)."""
     if field not in Snapshot.__dataclass_fields__:
         raise ValueError(f"Snapshot has no field {field!r}")
-    _snapshot_parts[field] = PartSpec(compile, None if topics is None else frozenset(topics), update)
+    _snapshot_parts[field] = PartSpec(compile, None if topics is None else frozenset(topics), update, requests_only)
 
 
-def snapshot_parts() -> Mapping[str, PartSpec]:
-    return _snapshot_parts
+def snapshot_parts(*, serving: bool = True) -> Mapping[str, PartSpec]:
+    """The registered parts; `serving=False`: those a process that serves no
+    request needs (not the requests-only ones)."""
+    if serving:
+        return _snapshot_parts
+    return {name: part for name, part in _snapshot_parts.items() if not part.requests_only}
 
 
 def register_section_validator(section: str, validate: SectionValidator) -> None:

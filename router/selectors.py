@@ -131,16 +131,18 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
 REFRESHES = {"updated": 0, "compiled": 0}
 
 
-def compile_snapshot() -> Snapshot:
+def compile_snapshot(*, serving: bool = True) -> Snapshot:
     """The whole Snapshot from the mirror (a start, or a change the log cannot
-    describe); `refresh_snapshot` is the usual path."""
+    describe); `refresh_snapshot` is the usual path. `serving=False` (a
+    process that serves no request): the requests-only parts are left at
+    their defaults."""
     revision = current_revision()
     cfg = routing_document()
     backends = {row.name: _spec(row) for row in _rows(Backend.objects.all())}
     # The keyring, the Host ingress table…: compiled by the apps that own them.
     # A part may also override a field compiled from the document
     # (ROUTER mode forces api_keys_mode to "blocking").
-    parts = {name: part.compile(cfg) for name, part in extensions.snapshot_parts().items()}
+    parts = {name: part.compile(cfg) for name, part in extensions.snapshot_parts(serving=serving).items()}
     by_model = group_by_model(backends)
     for name in parts.get("listed", ()):
         by_model.setdefault(name, ())
@@ -157,7 +159,9 @@ def _known_topics() -> frozenset[str]:
     return frozenset(topics)
 
 
-def update_snapshot(prev: Snapshot, changes: Mapping[str, set[str]], revision: int) -> Snapshot | None:
+def update_snapshot(
+    prev: Snapshot, changes: Mapping[str, set[str]], revision: int, *, serving: bool = True
+) -> Snapshot | None:
     """`prev` with the changes of the log applied in place: only the backends,
     model groups and parts they name are read and rebuilt; everything else is
     shared with `prev` by reference. None when a change is of a topic no one
@@ -169,7 +173,7 @@ def update_snapshot(prev: Snapshot, changes: Mapping[str, set[str]], revision: i
     if DOCUMENT in changes:
         cfg = routing_document()
         fields.update(_document_fields(cfg))
-    for name, part in extensions.snapshot_parts().items():
+    for name, part in extensions.snapshot_parts(serving=serving).items():
         value = getattr(prev, name)
         if part.topics is None or (DOCUMENT in changes and DOCUMENT in part.topics):
             value = part.compile(cfg)
@@ -198,19 +202,20 @@ def update_snapshot(prev: Snapshot, changes: Mapping[str, set[str]], revision: i
     return replace(prev, **fields)
 
 
-def refresh_snapshot(prev: Snapshot) -> Snapshot:
+def refresh_snapshot(prev: Snapshot, *, serving: bool = True) -> Snapshot:
     """The Snapshot of the current revision, from `prev`: `prev` itself when
     nothing changed, else updated in place from the change log, else (the log
-    cannot say, or `prev` is not a compiled snapshot) compiled from scratch."""
+    cannot say, or `prev` is not a compiled snapshot) compiled from scratch.
+    `serving` (see compile_snapshot) must be what `prev` was made with."""
     revision = current_revision()
     if revision == prev.revision and prev.document is not None:
         return prev
     snap = None
     if prev.document is not None and revision > prev.revision:
         changes = changes_since(prev.revision, revision)
-        snap = update_snapshot(prev, changes, revision) if changes is not None else None
+        snap = update_snapshot(prev, changes, revision, serving=serving) if changes is not None else None
     if snap is not None:
         REFRESHES["updated"] += 1
         return snap
     REFRESHES["compiled"] += 1
-    return compile_snapshot()
+    return compile_snapshot(serving=serving)

@@ -110,6 +110,9 @@ def same(inc: Snapshot, full: Snapshot) -> None:
     assert {r.id: r for r in inc.keyring.values()} == {r.id: r for r in full.keyring.values()}
 
 
+SEEN = {"keyring": 0}  # steps whose full snapshot had keys the bare one left out
+
+
 class Changes(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -117,6 +120,7 @@ class Changes(RuleBasedStateMachine):
         self.path = self.dir / "router.yaml"
         self.snap: Snapshot = EMPTY
         self.prev: Snapshot = EMPTY
+        self.bare: Snapshot = EMPTY  # the tasks process's: no requests-only parts
         self.touched: set[str] = set()  # what the last step can have changed
 
     @initialize()
@@ -274,6 +278,16 @@ class Changes(RuleBasedStateMachine):
                 assert self.snap.by_model is self.prev.by_model
 
     @invariant()
+    def a_snapshot_without_the_request_parts_follows_the_same_changes(self) -> None:
+        self.bare = selectors.refresh_snapshot(self.bare, serving=False)
+        full = selectors.compile_snapshot()
+        assert not self.bare.keyring
+        SEEN["keyring"] += bool(full.keyring)
+        for name in Snapshot.__dataclass_fields__:
+            if name not in ("created", "keyring"):
+                assert getattr(self.bare, name) == getattr(full, name), name
+
+    @invariant()
     def the_mirror_is_what_a_full_reconcile_would_make(self) -> None:
         """Circuit events are planned for their circuits only; the result must
         be the backends a plan of the whole mirror calls for."""
@@ -315,3 +329,4 @@ def test_incremental_snapshot_equals_a_compile_from_scratch_after_every_change(i
     # Only the YAML edits (and each sequence's first snapshot) compile from
     # scratch; everything else is applied in place.
     assert updated > 3 * compiled, (updated, compiled)
+    assert SEEN["keyring"] > 100  # the bare snapshot was checked against keys it leaves out

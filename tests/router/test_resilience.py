@@ -81,6 +81,35 @@ def test_active_probe_marks_unhealthy_until_recovery(openai_backends, router_fac
     assert seen == {"a", "b"}
 
 
+PROBE_SIDE_BY_SIDE = """
+import threading
+from router import selectors, tasks
+start = threading.Barrier(4)
+out = []
+def tick():
+    start.wait()
+    out.append(tasks.probe_backends())
+threads = [threading.Thread(target=tick) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(selectors.REFRESHES["compiled"], sorted(len(o) for o in out))
+"""
+
+
+def test_probe_ticks_that_overlap_run_one_round(openai_backends, router_factory):
+    """The tasks process runs beat's probe ticks on four threads: ticks that
+    overlap a round still running skip it instead of compiling the mirror and
+    probing every backend again side by side (at 20,000 backends that pile-up
+    took the interpreter from the YAML watcher for a minute after a start)."""
+    a, b = openai_backends("a", "b")
+    router = router_factory(two_backends(a, b))
+    out = router.manage("shell", "-c", PROBE_SIDE_BY_SIDE)
+    assert out.returncode == 0, out.stderr
+    compiled, rounds = out.stdout.strip().splitlines()[-1].split(maxsplit=1)
+    assert compiled == "1", out.stdout  # one compile of the mirror
+    assert rounds.strip() == "[0, 0, 0, 2]", out.stdout  # one round probed both backends, three skipped
+
+
 def test_fallback_chain_answers_when_all_backends_are_down(openai_backends, router_factory):
     a, b, c = openai_backends("a", "b", "c")
     router = router_factory(
