@@ -95,6 +95,29 @@ FAKE_BACKENDS = 3
 # -- small helpers -------------------------------------------------------------------
 
 
+# Row 3's writer, a process of its own: Django set up, "ready", then on "go"
+# the burst of `routerbackend add`s back to back; each write the DB refused
+# (SQLite: locked past its timeout) is retried twice and printed.
+BURST_WRITER = """
+import io, sys
+import django
+django.setup()
+from django.core.management import call_command
+from django.db import OperationalError
+n, url = int(sys.argv[1]), sys.argv[2]
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(n):
+    for _ in range(3):
+        try:
+            call_command("routerbackend", "add", "--name", f"scale-b3-{i}", "--url", url,
+                         "--models", f"b3-{i}", "--weight", "100", stdout=io.StringIO())
+            break
+        except OperationalError as exc:
+            print(repr(exc), flush=True)
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -497,20 +520,40 @@ class Bench:
 
     async def yaml_edits(self, s: aiohttp.ClientSession) -> None:
         times: list[float | None] = []
+        commits: list[float | None] = []
         for i in self._reps("YAML edit"):
             model = f"ynew-{i}"
             self.yaml_extra.append(f"  - {{name: yaml-new-{i}, url: 'http://127.0.0.1:{self.backend_ports[1]}', "
                                    f"models: [{model}]}}")
             self.write_yaml()
             t0 = time.perf_counter()
-            seen = await self.visible(s, t0, lambda p, m=model: self._status_is(s, p, m, None, 200),
-                                      self.args.yaml_timeout)
+            seen, commit = await asyncio.gather(
+                self.visible(s, t0, lambda p, m=model: self._status_is(s, p, m, None, 200), self.args.yaml_timeout),
+                asyncio.to_thread(self._committed, f"yaml-new-{i}", t0, self.args.yaml_timeout))
             times.extend(seen)
+            commits.append(commit)
             if None in seen:  # the node is behind: the next edit would measure the backlog
                 self.notes.append(f"YAML edit stopped after {i + 1} repetitions (one not visible in "
                                   f"{self.args.yaml_timeout:.0f} s)")
                 break
         self.results["yaml_edit"] = dist(times)
+        self.results["yaml_edit_commit"] = dist(commits)
+
+    def _committed(self, name: str, t0: float, timeout: float) -> float | None:
+        """Seconds from t0 until the tasks process committed backend `name`
+        (this process polls the DB): the edit's own share of row 2d."""
+        from django.db import close_old_connections
+
+        from router.models import Backend
+
+        try:
+            while time.perf_counter() < t0 + timeout:
+                if Backend.objects.filter(name=name).exists():
+                    return time.perf_counter() - t0
+                time.sleep(0.005)
+            return None
+        finally:
+            close_old_connections()
 
     async def request_loop(self, s: aiohttp.ClientSession, port: int, stop: threading.Event | None,
                            duration: float) -> list[float]:
@@ -525,44 +568,51 @@ class Bench:
         return lat
 
     async def loop_during_burst(self, s: aiohttp.ClientSession) -> None:
+        """Row 3. The burst's writes run in a process of their own, as an
+        operator's `manage.py routerbackend add` would: in a thread of this
+        process they held its GIL for the ORM's work and delayed the very
+        loop that measures the tail."""
         port = self.web_ports[0]
-        steady = await self.request_loop(s, port, None, self.args.loop_seconds)
         n = self.args.burst_changes
-        done = threading.Event()
+        writer = subprocess.Popen(
+            [PY, "-c", BURST_WRITER, str(n), f"http://127.0.0.1:{self.backend_ports[0]}"],
+            cwd=ROOT, env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(self.tmp / "burst-writer.log", "wb"), text=True)
         errors: list[str] = []
+        try:
+            ready = await asyncio.to_thread(writer.stdout.readline)  # type: ignore[union-attr]
+            if ready.strip() != "ready":
+                raise RuntimeError(f"burst writer did not start (see {self.tmp / 'burst-writer.log'})")
+            steady = await self.request_loop(s, port, None, self.args.loop_seconds)
+            stop = threading.Event()
+            t0 = time.perf_counter()
+            writer.stdin.write("go\n")  # type: ignore[union-attr]
+            writer.stdin.flush()  # type: ignore[union-attr]
 
-        def burst() -> None:
-            try:
-                for i in range(n):
-                    self.admin_add(f"scale-b3-{i}", f"b3-{i}", errors=errors)
-            except Exception as exc:  # reported, never raised into the loop
-                errors.append(repr(exc))
-            finally:
-                done.set()
+            async def watcher() -> float | None:
+                deadline = t0 + self.args.step_budget
+                while writer.poll() is None and time.perf_counter() < deadline:
+                    await asyncio.sleep(0.01)
+                last = f"b3-{n - 1}"
+                while time.perf_counter() < deadline:
+                    if await self.chat(s, port, last) == 200:
+                        applied = time.perf_counter() - t0
+                        # the loop runs at least as long as the steady one did
+                        await asyncio.sleep(max(0.0, t0 + self.args.loop_seconds - time.perf_counter()))
+                        stop.set()
+                        return applied
+                    await asyncio.sleep(0.05)
+                stop.set()
+                return None
 
-        stop = threading.Event()
-        t0 = time.perf_counter()
-        thread = threading.Thread(target=burst, daemon=True)
-        thread.start()
-
-        async def watcher() -> float | None:
-            deadline = t0 + self.args.step_budget
-            while not done.is_set() and time.perf_counter() < deadline:
-                await asyncio.sleep(0.01)
-            last = f"b3-{n - 1}"
-            while time.perf_counter() < deadline:
-                if await self.chat(s, port, last) == 200:
-                    applied = time.perf_counter() - t0
-                    # the loop runs at least as long as the steady one did
-                    await asyncio.sleep(max(0.0, t0 + self.args.loop_seconds - time.perf_counter()))
-                    stop.set()
-                    return applied
-                await asyncio.sleep(0.05)
-            stop.set()
-            return None
-
-        during, applied = await asyncio.gather(self.request_loop(s, port, stop, self.args.step_budget + 5), watcher())
-        thread.join(30)
+            during, applied = await asyncio.gather(self.request_loop(s, port, stop, self.args.step_budget + 5),
+                                                   watcher())
+            out, _ = await asyncio.to_thread(writer.communicate, None, 30)
+            errors = [line for line in out.splitlines() if line.strip()]
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
         sd, bd = dist(steady), dist(during)
         self.results["loop"] = {"steady": sd, "burst": bd, "burst_changes": n, "burst_applied_s": applied,
                                 "errors": errors,
@@ -1151,7 +1201,7 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
                     f"{k}x{st}" for st, k in sorted(before.items())) + ")"
         else:
             out[f"{label}_ready"] = out[f"{label}_route"] = out[f"{label}_gap"] = na(label)
-    for key in ("revoke", "backend_add", "yaml_edit"):
+    for key in ("revoke", "backend_add", "yaml_edit", "yaml_edit_commit"):
         out[key] = fmt_dist(r[key]) if key in r else na(key)
     if r.get("mode") == "router":
         out["revoke"] = fmt_dist(r["coord_key_delete"]) if "coord_key_delete" in r else na("revoke")
@@ -1159,7 +1209,7 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         pub = r.get("publication")
         out["publication"] = (fmt_dist(pub) + (f" (PUT p50 {ms(pub['put_p50'])} ms)" if pub.get("put_p50") else "")
                               if pub else na("publication"))
-        out["yaml_edit"] = "n/a (measured in YAML mode)"
+        out["yaml_edit"] = out["yaml_edit_commit"] = "n/a (measured in YAML mode)"
         for key in ("reconcile_nothing", "reconcile_one"):
             x = r.get(key)
             label = "rec_nothing" if key == "reconcile_nothing" else "rec_one"
@@ -1230,6 +1280,7 @@ LABELS = [
     ("backend_add", "2b admin backend add -> routable p50/p95/max"),
     ("publication", "2c publication edit -> routable"),
     ("yaml_edit", "2d YAML edit (new backend) -> routable"),
+    ("yaml_edit_commit", "2d of which: file write -> committed"),
     ("loop_steady", "3 1-conn loop, no changes p50/p99/max"),
     ("loop_burst", "3 1-conn loop during change burst"),
     ("loop_ratio", "3 p99 ratio burst/steady"),
