@@ -77,21 +77,24 @@ def make_record(
     hint: str = "",
     owner: str = "",
 ) -> KeyRecord:
-    """Build a record from stored fields; bad IP entries are skipped (logged)."""
-    entries = [str(e) for e in allowed_client_ips if str(e).strip()]
+    """Build a record from stored fields; bad IP entries are skipped (logged).
+    Only a rate-limited key gets a bucket (a SHA-256 each, at 100,000 keys)."""
+    entries = [str(e) for e in allowed_client_ips if str(e).strip()] if allowed_client_ips else ()
+    digest = key_hash.lower()
+    limit = rate_limit if rate_limit and rate_limit > 0 else None
     return KeyRecord(
         id=id,
         name=name,
         source=source,
-        key_hash=key_hash.lower(),
+        key_hash=digest,
         allowed_models=frozenset(allowed_models),
         expires_at=expires_at,
-        rate_limit=rate_limit if rate_limit and rate_limit > 0 else None,
-        networks=parse_networks(entries, strict=False),
+        rate_limit=limit,
+        networks=parse_networks(entries, strict=False) if entries else (),
         hint=hint,
         owner=owner,
         ip_restricted=bool(entries),
-        bucket=limiter_bucket(key_hash.lower()),
+        bucket=limiter_bucket(digest) if limit is not None else "",
     )
 
 

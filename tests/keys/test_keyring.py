@@ -35,7 +35,8 @@ def test_mask_key_shows_prefix_and_last_four_only():
 
 def test_record_repr_and_str_never_contain_hash():
     """repr/str of a record show no digest and no rate-limit bucket."""
-    rec = record()
+    rec = record(rate_limit=5)
+    assert rec.bucket
     for text in (repr(rec), str(rec)):
         assert DIGEST not in text
         assert rec.bucket not in text
@@ -54,8 +55,11 @@ def test_keyring_lookup_by_plaintext():
 
 def test_bucket_is_stable_and_not_the_hash():
     """Every node derives the same limiter bucket for a key, without the hash."""
-    assert record().bucket == limiter_bucket(DIGEST) == record(id="other").bucket
-    assert DIGEST not in record().bucket
+    limited = record(rate_limit=5)
+    assert limited.bucket == limiter_bucket(DIGEST) == record(id="other", rate_limit=9).bucket
+    assert DIGEST not in limited.bucket
+    # A key without a limit needs none (100,000 SHA-256s a compile saved).
+    assert record().bucket == "" and record(rate_limit=0).bucket == ""
 
 
 def test_ip_list_with_no_valid_entry_fails_closed():
