@@ -29,16 +29,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis.asyncio as aioredis
 from django.conf import settings as django_settings
-from django.db import close_old_connections
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from router.config_schema import ConfigError
+from router.dbthread import DbThread
 from router.redis import async_client, sync_client
 
 from . import envelope, node, router_metrics
@@ -83,16 +82,14 @@ class Subscriber:
     def __init__(self, *, stop: asyncio.Event | None = None, loader: Callable[[], Any] = active_settings) -> None:
         self.stop = stop or asyncio.Event()
         self._load = loader
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="appproxy-events")
+        self._thread = DbThread("appproxy-events")
         self.subscriptions = 0  # confirmed (re)subscriptions, for tests and /status
 
     # -- helpers -----------------------------------------------------------
     async def _db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        def call() -> Any:
-            close_old_connections()
-            return fn(*args, **kwargs)
-
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        # One thread, its connection kept (router.dbthread: a new PostgreSQL
+        # connection per call was most of each event's cost in a burst).
+        return await self._thread.run(fn, *args, **kwargs)
 
     async def _settings(self) -> Settings | None:
         """The section as applied to the DB (read off the event loop: it queries)."""
@@ -134,7 +131,7 @@ class Subscriber:
                     await self._sleep(delay)
                     delay = min(delay * 2, 5.0)
         finally:
-            self._executor.shutdown(wait=True)
+            self._thread.shutdown()
 
     async def _session(self, s: Settings) -> None:
         key = _session_key(s)
