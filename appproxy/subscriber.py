@@ -42,7 +42,15 @@ from router.redis import async_client, sync_client
 
 from . import envelope, node, router_metrics
 from .envelope import CREATED, ROUTE_UPDATED, EnvelopeError
-from .events import APPLIED_EVENTS, EventRejected, apply_event, apply_route_updates, record_event, routed_circuit
+from .events import (
+    APPLIED_EVENTS,
+    EventRejected,
+    apply_event,
+    apply_route_updates,
+    record_event,
+    record_events,
+    routed_circuit,
+)
 from .modes import Settings, active_settings
 from .router_events import ROUTER_EVENTS, decode_router, encode_router_ack
 from .router_services import apply_publication, refresh_keys, remove_key, remove_publication
@@ -251,13 +259,15 @@ class Subscriber:
             await self._db(apply_route_updates, circuits, s)
         except Exception as exc:
             log.exception("appproxy: %d route updates not applied", len(circuits))
-            for event, received in run:
-                await self._db(record_event, **self._base(event, received), ok=False, detail=f"not applied: {type(exc).__name__}")
+            failed = f"not applied: {type(exc).__name__}"
+            await self._db(record_events, [{**self._base(e, r), "ok": False, "detail": failed} for e, r in run])
             return
         applied = timezone.now()
         log.info("appproxy: events applied", extra={"route_updated": len(run), "circuits": len(circuits)})
-        for event, received in run:
-            await self._db(record_event, **self._base(event, received), applied_at=applied, ok=True, detail=f"one apply of {len(run)}")
+        detail = f"one apply of {len(run)}"
+        await self._db(
+            record_events, [{**self._base(e, r), "applied_at": applied, "ok": True, "detail": detail} for e, r in run]
+        )
 
     async def _one(self, bus: Any, s: Settings, event: Any, received: Any) -> None:
         if s.mode == "router" and event.name in ROUTER_EVENTS:

@@ -273,7 +273,7 @@ def test_a_burst_of_route_updates_is_applied_in_one_reconcile(openai_backends):
         (stored,) = Circuit.objects.get(circuit_id=raw["id"]).raw["route_info"]
         assert stored["traffic_ratio"] == (57 + k + 1) / 100
     assert len(ours()) == 3
-    assert EventRecord.objects.filter(name=ROUTE_UPDATED, ok=True).count() == 60
+    assert EventRecord.objects.filter(name=ROUTE_UPDATED, ok=True, detail="one apply of 60").count() == 60
 
 
 @pytest.mark.parametrize("many", [False, True])
