@@ -384,12 +384,36 @@ class Bench:
                 break
         return time.perf_counter() - t0
 
+    def spy(self, label: str, *names: str) -> list[subprocess.Popen]:
+        """--profile DIR: py-spy records node processes (the tasks process by
+        default) through one row: DIR/<db>-<label>-<process>.txt, collapsed
+        stacks — what the row spent their CPU on."""
+        if not self.args.profile:
+            return []
+        spy_bin = Path(sys.executable).with_name("py-spy")
+        out = Path(self.args.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        tag = f"{self.args.worker}-{'small-' if self.args.small else ''}{label}"
+        return [subprocess.Popen([str(spy_bin), "record", "-p", str(self.procs[name].pid), "-f", "raw", "-r", "250",
+                                  "-o", str(out / f"{tag}-{name}.txt")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for name in names or ("tasks",) if name in self.procs]
+
+    @staticmethod
+    def unspy(spies: list[subprocess.Popen]) -> None:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(timeout=30)
+
     # ---- steps ----
     async def cold_start(self, s: aiohttp.ClientSession, label: str) -> None:
         """Start both web processes; seconds to /readyz 200 and to a configured model routing."""
         timeout = self.args.start_timeout
         t0 = time.perf_counter()
         self.start_webs()
+        spies = self.spy(label, *(n for n in self.procs if not n.startswith("backend")))
         last_model = self.model_of(self.sizes["backends"] - 1)
 
         async def ready(port: int) -> bool:
@@ -409,6 +433,7 @@ class Bench:
 
         seen_ready, seen_route = await asyncio.gather(self.visible(s, t0, ready, timeout),
                                                       self.visible(s, t0, routable, timeout))
+        self.unspy(spies)
         row = {"readyz_s": seen_ready, "routable_s": seen_route, "timeout_s": timeout, "statuses_before": seen_status}
         if None not in seen_ready and None not in seen_route:
             row["gap_s"] = max(seen_route) - max(seen_ready)
@@ -974,6 +999,7 @@ class RouterBench(Bench):
     async def route_updates(self, s: aiohttp.ClientSession) -> None:
         """Replace the probe circuit's route: a dead port (answers 5xx), then a live one (200)."""
         times: list[float | None] = []
+        spies = self.spy("route_update", "events", "web0", "web1")
         for i in self._reps("ROUTER route update"):
             good = i % 2 == 1
             await asyncio.to_thread(self.replace_routes, self.probe_ep,
@@ -984,6 +1010,7 @@ class RouterBench(Bench):
         if self.args.reps % 2 == 1:  # leave the probe routable
             await asyncio.to_thread(self.replace_routes, self.probe_ep, [self.backend_ports[0]])
             await self.visible(s, time.perf_counter(), lambda p: self.probe_is(s, p, True), self.args.change_timeout)
+        self.unspy(spies)
         self.results["route_update"] = dist(times)
 
     async def publication_edits(self, s: aiohttp.ClientSession) -> None:
@@ -1062,6 +1089,7 @@ class RouterBench(Bench):
                 await asyncio.sleep(0.05)
             await asyncio.sleep(1.0)  # let that pull finish
         rows0 = self.pg_rows()
+        spy = self.spy(label)
         if change:  # one route's traffic ratio, no event: only the pull sees it
             with self.fake.state.lock:
                 self.fake.state.circuits[self.circuits[0][1]]["route_info"][0]["traffic_ratio"] = 0.5
@@ -1090,6 +1118,7 @@ class RouterBench(Bench):
                 break
             last, t_last = now, t_now
         end, t_end = cpu_seconds(pid), time.perf_counter()
+        self.unspy(spy)
         await asyncio.sleep(1.5)  # PostgreSQL flushes its table counters about once a second
         rows1 = self.pg_rows()
         # The node's own account of the pull (/status: the CPU of the thread
@@ -1155,6 +1184,8 @@ class RouterBench(Bench):
             async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=64)) as s:
                 self.start_tasks()
                 await self.step("cold_first", self.cold_start(s, "cold_first"))
+                if "cold_first" in self.results:  # the first pull's own CPU (its thread), as /status tells it
+                    self.results["cold_first"]["pull_cpu_ms"] = (await self.pull_report()).get("last_pull_cpu_ms")
                 self.stop_node()
                 self.start_tasks()
                 await self.step("cold_restart", self.cold_start(s, "cold_restart"))
@@ -1197,6 +1228,8 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
             rd = [v for v in c["readyz_s"] if v is not None]
             ro = [v for v in c["routable_s"] if v is not None]
             out[f"{label}_ready"] = f"{max(rd):.1f} s" if len(rd) == 2 else f"n/a (not 200 in {c['timeout_s']:.0f} s)"
+            if c.get("pull_cpu_ms") is not None:
+                out[f"{label}_ready"] += f" (the pull: {c['pull_cpu_ms']:,.0f} ms CPU)"
             out[f"{label}_route"] = f"{max(ro):.1f} s" if len(ro) == 2 else f"n/a (not 200 in {c['timeout_s']:.0f} s)"
             out[f"{label}_gap"] = f"{c['gap_s']:.1f} s" if "gap_s" in c else "n/a"
             before = {}
@@ -1329,6 +1362,8 @@ def run_child(args: argparse.Namespace, db: str, small: bool, out: Path, router:
         cmd.append("--router")
     if args.keep:
         cmd.append("--keep")
+    if args.profile:
+        cmd += ["--profile", str(Path(args.profile).resolve())]
     what = ("ROUTER " if router else "YAML ") + ("small baseline" if small else f"scale {args.scale}")
     print(f"[scale] {db}: {what} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
@@ -1423,6 +1458,7 @@ def main() -> None:
     ap.add_argument("--ack-timeout", type=float, default=3.0, help="the fake coordinator's ack wait (s)")
     ap.add_argument("--log-level", default="WARNING", help="the node's ROUTER_LOG_LEVEL")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
+    ap.add_argument("--profile", metavar="DIR", help="py-spy node processes through the cold-start, route-update and reconcile-pull rows (collapsed stacks in DIR)")
     ap.add_argument("--worker", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
     ap.add_argument("--child-json", help=argparse.SUPPRESS)
     ap.add_argument("--basic", action="store_true", help=argparse.SUPPRESS)
