@@ -185,8 +185,11 @@ def _coordinator_key(key: KeyRecordWire) -> CoordinatorKey:
 _UNREAD = object()
 
 
-def _write_publication(authority: str, pub: WirePublication, revision: str = "", row: Any = _UNREAD) -> bool:
-    """Upsert one publication; `row`: its row as already read (None: none)."""
+def _write_publication(
+    authority: str, pub: WirePublication, revision: str = "", row: Any = _UNREAD, created: list | None = None
+) -> bool:
+    """Upsert one publication; `row`: its row as already read (None: none).
+    A new row goes to `created` when given (the caller inserts them in one batch)."""
     data = pub.to_json()
     if row is _UNREAD:
         row = Publication.objects.filter(authority=authority, model=pub.model).first()
@@ -196,7 +199,11 @@ def _write_publication(authority: str, pub: WirePublication, revision: str = "",
         "control_mode": data["control_mode"],
     }
     if row is None:
-        Publication.objects.create(authority=authority, model=pub.model, revision=revision, **fields)
+        new = Publication(authority=authority, model=pub.model, revision=revision, **fields)
+        if created is None:
+            new.save(force_insert=True)
+        else:
+            created.append(new)
         touch(PUBLICATION, pub.model)
         return True
     if all(getattr(row, k) == v for k, v in fields.items()):
@@ -221,8 +228,10 @@ def _sync_publications(authority: str, snap: RouterSnapshot) -> bool:
         Publication.objects.filter(authority=authority, model__in=gone).delete()
         touch(PUBLICATION, *gone)
         changed = True
+    created: list = []
     for pub in snap.publications:
-        changed |= _write_publication(authority, pub, snap.revision or "", rows.get(pub.model))
+        changed |= _write_publication(authority, pub, snap.revision or "", rows.get(pub.model), created)
+    Publication.objects.bulk_create(created, batch_size=1000)
     return changed
 
 

@@ -31,6 +31,7 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
 
+from router.bulk import insert_rows
 from router.core.backend import BackendSpec
 from router.models import Backend, Source
 from router.redis import sync_client
@@ -170,16 +171,28 @@ def stored_circuit(row) -> WireCircuit | None:
         return None
 
 
+# Rows per INSERT of the circuits' batched write (a first pull adds 5,000;
+# one INSERT per row was a large part of a first boot's apply). Backends and
+# routes (20,000 each) go through router.bulk.insert_rows.
+WRITE_BATCH = 1000
+
+
 def _write_plan(p: Plan, now) -> None:
-    for spec in p.add:
-        Backend.objects.create(
-            name=spec.name,
-            source=Source.APPPROXY,
-            url=spec.url,
-            kind=spec.kind,
-            models=list(spec.models),
-            weight=spec.weight,
-        )
+    insert_rows(
+        Backend,
+        (
+            {
+                "name": spec.name,
+                "source": Source.APPPROXY,
+                "url": spec.url,
+                "kind": spec.kind,
+                "models": list(spec.models),
+                "weight": spec.weight,
+                "updated_at": now,
+            }
+            for spec in p.add
+        ),
+    )
     for spec in p.update:
         Backend.objects.filter(name=spec.name, source=Source.APPPROXY).update(
             url=spec.url, kind=spec.kind, models=list(spec.models), weight=spec.weight, updated_at=now
@@ -191,44 +204,65 @@ def _write_plan(p: Plan, now) -> None:
         log.warning("appproxy: backend names owned by another source were not applied: %s", list(p.conflicts))
 
 
-def _write_circuit(row, circuit: WireCircuit, model: str, desired: Mapping[str, BackendSpec], now) -> None:
-    fields: dict[str, Any] = {
-        "subdomain": circuit.subdomain or "",
-        "app": circuit.app,
-        "app_mode": circuit.app_mode,
-        "model": model,
-        "endpoint_id": str(circuit.endpoint_id or ""),
-        "open_to_public": circuit.open_to_public,
-        "allowed_client_ips": circuit.allowed_client_ips,
-        "runtime_variant": circuit.runtime_variant or "",
-        "raw": circuit.raw,
-    }
-    if model and (row is None or row.model != model):
-        fields["model_discovered_at"] = now
-    if row is None:
-        row = Circuit.objects.create(circuit_id=str(circuit.id), **fields)
-    else:
-        for key, value in fields.items():
-            setattr(row, key, value)
-        row.save()
-        row.routes.all().delete()
-    routes = []
-    for route in circuit.route_info:
-        name = backend_name(circuit, route)
-        routes.append(
-            Route(
-                circuit=row,
-                route_id=str(route.route_id or ""),
-                session_id=str(route.session_id),
-                session_name=route.session_name or "",
-                kernel_host=route.kernel_host or "",
-                kernel_port=route.kernel_port,
-                protocol=route.protocol,
-                traffic_ratio=route.traffic_ratio,
-                backend_name=name if name in desired else "",
-            )
-        )
-    Route.objects.bulk_create(routes)
+def _write_circuits(
+    rows: Mapping[str, Any],
+    upserted: Iterable[str],
+    incoming: Mapping[str, WireCircuit],
+    model_of: Mapping[str, str],
+    desired: Mapping[str, BackendSpec],
+    now,
+) -> None:
+    """Each upserted circuit's row and its route rows. A changed row is saved
+    on its own (an event: one or a few); new rows and every route row go in
+    batched INSERTs, the replaced routes out in one DELETE."""
+    created: list[Circuit] = []
+    saved: list[Circuit] = []
+    routed: list[tuple[Circuit, WireCircuit]] = []
+    for cid in upserted:
+        circuit, model, row = incoming[cid], model_of[cid], rows.get(cid)
+        fields: dict[str, Any] = {
+            "subdomain": circuit.subdomain or "",
+            "app": circuit.app,
+            "app_mode": circuit.app_mode,
+            "model": model,
+            "endpoint_id": str(circuit.endpoint_id or ""),
+            "open_to_public": circuit.open_to_public,
+            "allowed_client_ips": circuit.allowed_client_ips,
+            "runtime_variant": circuit.runtime_variant or "",
+            "raw": circuit.raw,
+        }
+        if model and (row is None or row.model != model):
+            fields["model_discovered_at"] = now
+        if row is None:
+            row = Circuit(circuit_id=str(circuit.id), **fields)
+            created.append(row)
+        else:
+            for key, value in fields.items():
+                setattr(row, key, value)
+            row.save()
+            saved.append(row)
+        routed.append((row, circuit))
+    for i in range(0, len(saved), WRITE_BATCH):
+        Route.objects.filter(circuit__in=[row.pk for row in saved[i : i + WRITE_BATCH]]).delete()
+    Circuit.objects.bulk_create(created, batch_size=WRITE_BATCH)  # sets each row's pk (RETURNING)
+    insert_rows(
+        Route,
+        (
+            {
+                "circuit_id": row.pk,
+                "route_id": str(route.route_id or ""),
+                "session_id": str(route.session_id),
+                "session_name": route.session_name or "",
+                "kernel_host": route.kernel_host or "",
+                "kernel_port": route.kernel_port,
+                "protocol": route.protocol,
+                "traffic_ratio": route.traffic_ratio,
+                "backend_name": name if (name := backend_name(circuit, route)) in desired else "",
+            }
+            for row, circuit in routed
+            for route in circuit.route_info
+        ),
+    )
 
 
 def apply_locked(  # the caller holds reconcile_lock
@@ -319,8 +353,7 @@ def apply_locked(  # the caller holds reconcile_lock
                 as_sent = [incoming[cid] for cid in sorted(replanning & incoming.keys() - set(upserted))]
                 planned = [*(incoming[cid] for cid in upserted), *as_sent, *again]
             desired = (desire or desired_backends)(planned, by_key)
-            for cid in upserted:
-                _write_circuit(rows.get(cid), incoming[cid], model_of[cid], desired, now)
+            _write_circuits(rows, upserted, incoming, model_of, desired, now)
             touch(CIRCUIT, *upserted, *gone)
             if gone:
                 Circuit.objects.filter(circuit_id__in=list(gone)).delete()

@@ -83,6 +83,7 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
     taken = dict(
         ApiKey.objects.filter(key_hash__in=[k.key_hash for k in incoming.values()]).values_list("key_hash", "key_id")
     )
+    created: list[ApiKey] = []  # one batched INSERT: a first pull brings thousands
     for key_id, key in incoming.items():
         fields = key.fields()
         owner = taken.get(key.key_hash)
@@ -91,7 +92,7 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
             continue
         row = rows.get(key_id)
         if row is None:
-            ApiKey.objects.create(source=KeySource.COORDINATOR, key_id=key_id, **fields)
+            created.append(ApiKey(source=KeySource.COORDINATOR, key_id=key_id, **fields))
             touch(TOPIC, coordinator_record_id(key_id))
             changed = True
         elif not _same(row, fields):
@@ -100,6 +101,7 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
             changed = True
         if not key.expiry_ok:
             log.warning("keys: coordinator key %s has an unreadable expires_at; it is refused", key_id)
+    ApiKey.objects.bulk_create(created, batch_size=1000)
     return changed
 
 

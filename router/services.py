@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from .bulk import insert_rows
 from .config_schema import COMMAND_SECTION, ConfigError, load, parse
 from .models import Backend, ConfigDocument, Source
 from .revision import BACKEND, DOCUMENT, NOTHING, bump_revision, touch
@@ -196,7 +197,7 @@ def _write_config_backends(wanted: dict[str, tuple[dict, Any]], scope: set[str] 
     rows = {row.name: row for row in rows_q}
     gone = [name for name in rows if name not in wanted]
     now = timezone.now()
-    added: list[Backend] = []
+    added: list[dict[str, Any]] = []
     changed: list[Backend] = []
     for name in wanted if scope is None else (n for n in scope if n in wanted):
         rb, parsed = wanted[name]
@@ -206,7 +207,7 @@ def _write_config_backends(wanted: dict[str, tuple[dict, Any]], scope: set[str] 
         if parsed.discover_models and discovered:
             fields["extra"]["discovered"] = discovered
         if row is None:
-            added.append(Backend(name=name, source=Source.CONFIG, **fields))
+            added.append({"name": name, "source": Source.CONFIG, **fields})
         elif any(getattr(row, k) != v for k, v in fields.items()):
             for k, v in fields.items():
                 setattr(row, k, v)
@@ -214,9 +215,9 @@ def _write_config_backends(wanted: dict[str, tuple[dict, Any]], scope: set[str] 
             changed.append(row)
     if gone:
         Backend.objects.filter(source=Source.CONFIG, name__in=gone).delete()
-    Backend.objects.bulk_create(added, batch_size=500)
+    insert_rows(Backend, added)  # a first sync of a 20,000-backend file adds them all
     Backend.objects.bulk_update(changed, [*_FIELDS, "updated_at"], batch_size=500)
-    names = [*gone, *(b.name for b in added), *(b.name for b in changed)]
+    names = [*gone, *(b["name"] for b in added), *(b.name for b in changed)]
     touch(BACKEND, *names)
     return len(names)
 

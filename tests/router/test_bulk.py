@@ -1,0 +1,55 @@
+"""router.bulk.insert_rows writes what the ORM would: every value given,
+every other column its field's default (JSON and dates through the field,
+so PostgreSQL's jsonb takes them too: tests/appproxy/test_router_ha.py runs
+first pulls on a real PostgreSQL)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from django.forms.models import model_to_dict
+
+from appproxy.models import Circuit, Route
+from router.bulk import BATCH, insert_rows
+from router.models import Backend, Source
+
+pytestmark = pytest.mark.django_db
+
+
+def _fields(row, *skip: str) -> dict:
+    return {k: v for k, v in model_to_dict(row).items() if k not in ("id", *skip)}
+
+
+def test_rows_equal_what_the_orm_writes():
+    given = {
+        "source": Source.APPPROXY,
+        "url": "http://127.0.0.1:9/v1",
+        "kind": "vllm",
+        "models": ["m-1", "alias"],
+        "weight": 7,
+    }
+    with transaction.atomic():
+        assert insert_rows(Backend, [{"name": "bulk", **given}]) == 1
+    orm = Backend.objects.create(name="orm", **given)
+    bulk = Backend.objects.get(name="bulk")
+    assert _fields(bulk, "name") == _fields(orm, "name")
+    assert bulk.models == ["m-1", "alias"] and bulk.extra == {} and bulk.updated_at is not None
+
+
+def test_a_foreign_key_by_its_column_and_more_rows_than_one_batch():
+    circuit = Circuit.objects.create(circuit_id="c" * 36, raw={"id": "c"})
+    n = BATCH * 2 + 3
+    with transaction.atomic():
+        written = insert_rows(
+            Route, ({"circuit_id": circuit.pk, "kernel_port": 9000 + i, "route_id": f"r{i}"} for i in range(n))
+        )
+    assert written == n == circuit.routes.count()
+    first = circuit.routes.get(route_id="r0")
+    assert (first.kernel_port, first.protocol, first.traffic_ratio, first.backend_name) == (9000, "http", 1.0, "")
+
+
+def test_a_column_without_a_default_must_be_given():
+    circuit = Circuit.objects.create(circuit_id="d" * 36)
+    with pytest.raises(ValueError, match="kernel_port"), transaction.atomic():
+        insert_rows(Route, [{"circuit_id": circuit.pk}])
+    assert not Route.objects.exists()
