@@ -158,6 +158,13 @@ def tick(self) -> list[str]:
     for job in jobs:
         if _busy(s.authority, job):
             continue
+        if job == lifecycle.RECONCILE and _busy(s.authority, lifecycle.REGISTER):
+            # A registration in flight pulls itself (worker.register), and a
+            # heartbeat is over within the tick: a reconcile beside a first
+            # pull fetched and compared the whole cluster a second time while
+            # the first still wrote it (a first boot at 5,000 circuits: ~3 s
+            # of CPU and the DB's write lock, beside the web processes' reload).
+            continue
         task, expires = _JOBS[job]
         # To this worker's own queue: the job is about this node (see own_queue).
         worker_name = getattr(self.request, "hostname", None)
