@@ -11,7 +11,12 @@ The change log: before bumping, a writer names what it wrote with
 and readers update their snapshot from them in place instead of compiling it
 from scratch (router/selectors.py). A bump with nothing touched is stored as
 the topic "*": readers then compile from scratch, so a writer that forgets to
-touch is slow, never wrong. Touches are per thread and drained by the next
+touch is slow, never wrong. A topic with more names than MAX_NAMES in one
+bump (a first pull: 20,000 backends) is stored as that topic's name "*":
+"every row of the topic". The snapshot reader then re-reads that topic
+whole and keeps every part the bump did not touch (the 100,000-key keyring);
+other readers of the log see no names they could apply and compare
+everything, as for "*". Touches are per thread and drained by the next
 bump; one left behind by a rolled-back transaction only makes that bump name
 a row that did not change (re-read, found equal: harmless).
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 
 from django.conf import settings
 from django.db import transaction
@@ -34,14 +40,18 @@ from .redis import sync_client
 
 log = logging.getLogger(__name__)
 
-ALL = "*"  # unknown change: compile from scratch
+ALL = "*"  # as a topic: unknown change, compile from scratch; as a name: every row of its topic
 NOTHING = "nothing"  # a revision that changed no mirror row (readers just re-install)
 BACKEND = "backend"  # router.Backend, by name
 DOCUMENT = "document"  # the applied YAML (ConfigDocument)
 
-# More names than this in one revision are stored as ALL: compiling from
-# scratch is then about as cheap as applying them, and the log stays small.
-MAX_NAMES = 1000
+# More names than this of one topic in one revision are stored as the
+# topic's name ALL: re-reading the topic whole is then about as cheap as
+# applying them, and the log stays small.
+MAX_NAMES = 5000
+# More change rows than this between two revisions: the reader compiles
+# from scratch (reading and applying them would cost about as much).
+MAX_ROWS = 20000
 # Change rows of revisions older than this many are pruned; a reader further
 # behind compiles from scratch.
 KEEP_REVISIONS = 5000
@@ -73,10 +83,13 @@ def pending_names(topic: str) -> set[str] | None:
 def _drain() -> list[tuple[str, str]]:
     changes: dict[str, set[str]] = getattr(_pending, "changes", None) or {}
     _pending.changes = {}
-    pairs = [(topic, name) for topic, names in changes.items() for name in names]
-    if not pairs or len(pairs) > MAX_NAMES or ALL in changes:
+    if not changes or ALL in changes:
         return [(ALL, "")]
-    return pairs
+    return [
+        (topic, name)
+        for topic, names in changes.items()
+        for name in (names if len(names) <= MAX_NAMES and ALL not in names else (ALL,))
+    ]
 
 
 def current_revision() -> int:
@@ -112,22 +125,33 @@ def bump_revision(reason: str) -> int:
     return revision
 
 
-def changes_since(revision: int, until: int) -> dict[str, set[str]] | None:
+def changes_since(revision: int, until: int, *, whole: bool = False) -> dict[str, set[str]] | None:
     """{topic: names} of the revisions after `revision` up to `until`, or None
     when the log cannot say (pruned, a writer that named nothing, or more than
-    compiling from scratch would cost)."""
+    compiling from scratch would cost). A topic some revision changed whole
+    makes it None too, unless `whole`: then its names are {ALL} (`is_whole`)."""
     rows = list(
         RoutingChange.objects.filter(revision__gt=revision, revision__lte=until)
-        .values_list("revision", "topic", "name")[: MAX_NAMES * 4 + 1]
+        .values_list("revision", "topic", "name")[: MAX_ROWS + 1]
     )
-    if len(rows) > MAX_NAMES * 4 or {r for r, _, _ in rows} != set(range(revision + 1, until + 1)):
+    if len(rows) > MAX_ROWS or {r for r, _, _ in rows} != set(range(revision + 1, until + 1)):
         return None
     changes: dict[str, set[str]] = {}
+    wholly: set[str] = set()
     for _, topic, name in rows:
-        if topic == ALL:
+        if topic == ALL or (name == ALL and not whole):
             return None
+        if name == ALL:
+            wholly.add(topic)
         changes.setdefault(topic, set()).add(name)
+    for topic in wholly:
+        changes[topic] = {ALL}
     return changes
+
+
+def is_whole(names: Collection[str]) -> bool:
+    """A topic's names from changes_since(…, whole=True): every row of it may have changed."""
+    return ALL in names
 
 
 def config_error_key() -> str:

@@ -23,7 +23,7 @@ from .core.ipnets import parse_networks
 from .core.secret import Secret
 from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model, regroup
 from .models import Backend, ConfigDocument
-from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision
+from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision, is_whole
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +127,9 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
 
 
 # How this process's snapshots were made (for /status): updated in place from
-# the change log, or compiled from scratch.
-REFRESHES = {"updated": 0, "compiled": 0}
+# the change log (of which "whole": with a topic re-read whole, the other
+# parts kept), or compiled from scratch.
+REFRESHES = {"updated": 0, "whole": 0, "compiled": 0}
 
 
 def compile_snapshot(*, serving: bool = True) -> Snapshot:
@@ -178,14 +179,20 @@ def update_snapshot(
         if part.topics is None or (DOCUMENT in changes and DOCUMENT in part.topics):
             value = part.compile(cfg)
         elif touched := part.topics & changes.keys():
-            if part.update is None:
+            if part.update is None or any(is_whole(changes[t]) for t in touched):
                 value = part.compile(cfg)
             else:
                 value = part.update(value, {t: frozenset(changes[t]) for t in touched}, cfg)
         fields[name] = value
     names = changes.get(BACKEND, set())
     listed = fields.get("listed", prev.listed)
-    if names or listed != prev.listed:
+    if is_whole(names):  # every backend may have changed (a first pull): re-read and regroup them all
+        backends = {row.name: _spec(row) for row in _rows(Backend.objects.all())}
+        by_model = group_by_model(backends)
+        for name in listed:
+            by_model.setdefault(name, ())
+        fields["backends"], fields["by_model"] = backends, by_model
+    elif names or listed != prev.listed:
         old = {n: prev.backends.get(n) for n in names}
         new: dict[str, BackendSpec | None] = dict.fromkeys(names)
         new.update((row.name, _spec(row)) for row in _rows(Backend.objects.filter(name__in=list(names))))
@@ -210,12 +217,13 @@ def refresh_snapshot(prev: Snapshot, *, serving: bool = True) -> Snapshot:
     revision = current_revision()
     if revision == prev.revision and prev.document is not None:
         return prev
-    snap = None
+    changes = None
     if prev.document is not None and revision > prev.revision:
-        changes = changes_since(prev.revision, revision)
-        snap = update_snapshot(prev, changes, revision, serving=serving) if changes is not None else None
-    if snap is not None:
+        changes = changes_since(prev.revision, revision, whole=True)
+    snap = update_snapshot(prev, changes, revision, serving=serving) if changes is not None else None
+    if snap is not None and changes is not None:
         REFRESHES["updated"] += 1
+        REFRESHES["whole"] += any(is_whole(names) for names in changes.values())
         return snap
     REFRESHES["compiled"] += 1
     return compile_snapshot(serving=serving)
