@@ -137,6 +137,14 @@ def _current(authority: str) -> _Read:
     return read.patched(0, authority, own) if own else read
 
 
+def warm_publications(authority: str) -> None:
+    """Bring this process's publication read up to the current revision
+    outside any event (the events process, when idle): otherwise the first
+    route event after a start read and indexed all 2,000 publications at
+    full size, ~100–150 ms of its time to routable."""
+    _current(authority)
+
+
 def publications(authority: str) -> list[WirePublication]:
     """The mirrored publications of the authority, as wire objects, by primary name."""
     return list(_current(authority).by_model.values())

@@ -53,7 +53,7 @@ from .events import (
 )
 from .modes import Settings, active_settings
 from .router_events import ROUTER_EVENTS, decode_router, encode_router_ack
-from .router_services import apply_publication, refresh_keys, remove_key, remove_publication
+from .router_services import apply_publication, refresh_keys, remove_key, remove_publication, warm_publications
 from .worker import client_for, request_pull, state_of
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ __all__ = ["Subscriber", "alive_key", "subscriber_alive"]
 ALIVE_TTL = 10
 ALIVE_REFRESH = 3.0
 CONFIG_CHECK = 1.0
+WARM_EVERY = 1.0  # s between idle reads of the ROUTER publications (router_services.warm_publications)
 BATCH_MAX = 256  # messages taken off the socket at once (a burst)
 
 
@@ -154,6 +155,7 @@ class Subscriber:
         alive_at = 0.0
         subscribed = False
         checked_at = time.monotonic()
+        warmed_at = 0.0
         try:
             await pubsub.subscribe(s.channel)
             while not self.stop.is_set():
@@ -170,6 +172,15 @@ class Subscriber:
                     s = fresh  # e.g. a new event_format applies at once
                 message = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
                 if message is None:
+                    if s.mode == "router" and subscribed and now - warmed_at >= WARM_EVERY:
+                        # Idle: the publications an event plans with, read now
+                        # rather than by the next event (a revision read when
+                        # nothing changed).
+                        warmed_at = now
+                        try:
+                            await self._db(warm_publications, s.authority)
+                        except Exception as exc:  # the DB is down: the next event reads them itself
+                            log.debug("appproxy: publications not read ahead (%s)", type(exc).__name__)
                     continue
                 kind = message.get("type")
                 if kind == "subscribe":
