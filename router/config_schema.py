@@ -7,11 +7,16 @@ mirrors it.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import re
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -282,10 +287,30 @@ def parse(text: str, *, source: str = "<config>", remember: bool = False) -> tup
     (templates kept, so secrets are never stored). Treat both as read-only:
     with ``remember`` (the one writer that re-reads the file on every edit),
     the backends of a large file are kept for, and shared with, the next parse."""
+    model, raw, _ = parse_tracked(text, source=source, remember=remember)
+    return model, raw
+
+
+class Tracked(NamedTuple):
+    """What a split parse changed since the parse it started from (``base``,
+    None: none, or not remembered). ``config_sync`` applies only this when
+    ``base`` is the parse it applied last."""
+
+    base: int | None
+    gen: int  # this parse
+    gone: list[str]  # names of the items whose text is gone
+    added: Sequence[int]  # indices (in the new file) of the items new or parsed anew
+
+
+def parse_tracked(
+    text: str, *, source: str = "<config>", remember: bool = False
+) -> tuple[RouterFile, dict[str, Any], Tracked | None]:
+    """`parse`, and for a split file what it saw (None: the whole-file parse),
+    so the writer can tell the changed backends by their text."""
     parsed = _CHUNKS.parse(text, remember=remember)
     if parsed is not None:
         return parsed
-    return _parse_whole(text, source)
+    return (*_parse_whole(text, source), None)
 
 
 def _parse_whole(text: str, source: str) -> tuple[RouterFile, dict[str, Any]]:
@@ -327,7 +352,8 @@ class _BackendChunks:
     next) is parsed and validated on its own and remembered by its text and
     the values of the ``${VAR}``s it names; the next parse of the file
     re-parses only items whose text changed, and hands back the very same
-    objects for the rest (``config_sync`` then compares by identity).
+    objects for the rest; ``parse_tracked`` says which texts it parsed anew
+    (``config_sync`` compares only the backends whose text changed).
 
     Only a file in the plain block form is split: one ``backends:`` line at
     column 0, items at one indentation, no anchors, aliases, tags, document
@@ -351,12 +377,11 @@ class _BackendChunks:
 
     def __init__(self) -> None:
         self._memo: dict[str, _Item] = {}
+        self._last: _Last | None = None  # the last remembered parse
         self._lock = threading.Lock()
 
-    def split(self, text: str) -> tuple[str, int, list[str]] | None:
-        """(the file without the items, their indentation, the text after each
-        item's dash), or None."""
-        t = "\n" + text
+    def _cut(self, t: str) -> _Cut | None:
+        """Where the items are in ``t`` ("\\n" + the text), or None."""
         if "\r" in t or t.startswith("\n\ufeff") or self._MARKER.search(t):
             return None
         if ("&" in t or "*" in t or "!" in t) and self._RISKY.search(t):
@@ -374,66 +399,162 @@ class _BackendChunks:
         if not self._ITEM.match(t, at + 1 + k):
             return None
         # The block ends at the first content line at column 0 (that is not an item when k is 0).
-        end_m = re.compile(r"\n[^\s#-]" if k == 0 else r"\n[^\s#]").search(t, at)
+        end_m = self._ends(k).search(t, at)
         end = end_m.start() if end_m else len(t)
-        block = t[at:end]
         # Inside the block every content line is an item at k or deeper than k.
-        bad = re.compile((rf"\n {{0,{k - 1}}}[^ \n#]|" if k else "") + rf"\n {{{k}}}(?:[^ \n#-]|-[^ \n])")
-        if bad.search(block):
+        if self._bad(k).search(t, at, end):
             return None
         # With no bad line, every newline + k spaces + "-" starts an item
         # (str.split: one C pass). The block starts with one, so the first
         # part is empty; an item's text is what follows its dash.
-        items = block.split("\n" + " " * k + "-")[1:]
+        items = t[at:end].split("\n" + " " * k + "-")[1:]
         if len(items) < self.MIN_ITEMS:
             return None
-        return t[1:start] + t[end:], k, items
+        return _Cut(t, start, at, end, k, items)
 
-    def parse(self, text: str, *, remember: bool) -> tuple[RouterFile, dict[str, Any]] | None:
-        split = self.split(text)
-        if split is None:
+    @staticmethod
+    @functools.cache
+    def _ends(k: int) -> re.Pattern[str]:
+        return re.compile(r"\n[^\s#-]" if k == 0 else r"\n[^\s#]")
+
+    @staticmethod
+    @functools.cache
+    def _bad(k: int) -> re.Pattern[str]:
+        return re.compile((rf"\n {{0,{k - 1}}}[^ \n#]|" if k else "") + rf"\n {{{k}}}(?:[^ \n#-]|-[^ \n])")
+
+    def split(self, text: str) -> tuple[str, int, list[str]] | None:
+        """(the file without the items, their indentation, the text after each
+        item's dash), or None."""
+        cut = self._cut("\n" + text)
+        return None if cut is None else (cut.rest, cut.k, cut.items)
+
+    def _recut(self, last: _Last, t: str) -> tuple[_Cut, int, int, list[str]] | None:
+        """The new text as the last one with the items from index i0 to i1
+        replaced: (its cut, i0, i1, the new items), or None when the edit is
+        not inside the items block (then the whole text is cut again).
+
+        Every check of `_cut` looks at one line at a time, and the two texts
+        differ only between the unchanged start and the unchanged end, so
+        the checks run over the items that edit touches (from the last item
+        start before it to the first one after it) and nothing else."""
+        old, cut = last.cut.t, last.cut
+        sep = "\n" + " " * cut.k + "-"
+        p = _common_prefix(old, t)
+        s = _common_suffix(old, t)
+        w = old.rfind(sep, cut.at, p - 1 + len(sep))  # the last item that starts before the edit
+        if w < 0 or w < cut.at:
             return None
-        rest, k, items = split
-        dash = " " * k + "-"
+        q = max(len(old) - s, w + 1)  # from q on, the old text is the new one's end
+        e_old = old.find(sep, q, cut.end)
+        if e_old < 0:
+            if cut.end < q:
+                return None  # the edit reaches past the items
+            e_old = cut.end
+        delta = len(t) - len(old)
+        e_new = e_old + delta
+        if e_new < w or (e_new > w and not t.startswith(sep, w)):
+            return None
+        if e_new > w:
+            segment = t[w:e_new]
+            if "\r" in segment or self._MARKER.search(t, w, e_new) or self._RISKY.search(t, w, e_new):
+                return None
+            if self._ends(cut.k).search(t, w, e_new) or self._bad(cut.k).search(t, w, e_new):
+                return None
+            new = segment.split(sep)[1:]
+        else:
+            new = []
+        i0 = old.count(sep, cut.at, w)
+        i1 = i0 + old.count(sep, w, e_old)
+        items = cut.items[:i0] + new + cut.items[i1:]
+        if len(items) < self.MIN_ITEMS:
+            return None
+        return _Cut(t, cut.start, cut.at, cut.end + delta, cut.k, items), i0, i1, new
+
+    def parse(self, text: str, *, remember: bool) -> tuple[RouterFile, dict[str, Any], Tracked] | None:
+        t = "\n" + text
+        last = self._last if remember else None
+        recut = self._recut(last, t) if last is not None and "${" not in t else None
+        cut = recut[0] if recut is not None else self._cut(t)
+        if cut is None:
+            return None
         try:
-            raw = yaml.load(rest, Loader=_LOADER)
+            raw = yaml.load(cut.rest, Loader=_LOADER)
         except yaml.YAMLError:
             return None
         if not isinstance(raw, dict) or raw.get("backends") is not None:
             return None
+        dash = " " * cut.k + "-"
         with self._lock:
+            if last is not None and self._last is not last:
+                return None  # another parse moved on meanwhile (the whole-file parse is right)
             # Set and list operations over the item texts (C loops): an edit
             # of one item in 20,000 costs a few ms, not a Python step per item.
             memo = self._memo if remember else {}
-            if len(memo) > len(items) + self.MIN_ITEMS:  # refused edits left items behind
-                memo = {item: memo[item] for item in items if item in memo}
-            templated = [item for item in items if "${" in item] if "${" in text else []
-            for item in templated:  # its parse holds the variables' values of its time
-                hit = memo.get(item)
-                if hit is not None and hit[2] != _env_values(item):
-                    del memo[item]
-            for item in set(items).difference(memo):
+            if len(memo) > len(cut.items) + self.MIN_ITEMS:  # refused edits left items behind
+                memo = {item: memo[item] for item in cut.items if item in memo}
+            if recut is not None:
+                assert last is not None
+                _, i0, i1, new = recut
+                fresh = set(new).difference(memo)
+            else:
+                templated = [item for item in cut.items if "${" in item] if "${" in text else []
+                for item in templated:  # its parse holds the variables' values of its time
+                    hit = memo.get(item)
+                    if hit is not None and hit[2] != _env_values(item):
+                        del memo[item]
+                fresh = set(cut.items).difference(memo)
+            for item in fresh:
                 hit = self._one(dash + item)
                 if hit is None:
                     return None  # the whole-file parse says what is wrong
                 memo[item] = hit
-            pairs = list(map(memo.__getitem__, items))
-            models: list[BackendConfig] = [pair[1] for pair in pairs]
+            if recut is not None:
+                assert last is not None
+                pairs_new = list(map(memo.__getitem__, new))
+                pairs = last.pairs[:i0] + pairs_new + last.pairs[i1:]
+                gone = list(map(_NAME, last.pairs[i0:i1]))
+                names = last.names.difference(gone)
+                for name in map(_NAME, pairs_new):
+                    if name in names:
+                        return None  # the whole-file parse names the duplicate
+                    names.add(name)
+                models = last.models[:i0] + list(map(_MODEL, pairs_new)) + last.models[i1:]
+                added = range(i0, i0 + len(new))
+            else:
+                pairs = list(map(memo.__getitem__, cut.items))
+                names = set(map(_NAME, pairs))
+                if len(names) != len(pairs):
+                    return None  # the whole-file parse names the duplicate
+                models = list(map(_MODEL, pairs))
+                gone, added = self._diff(last, cut.items, pairs, fresh)
             try:
                 # The other sections, validated as usual; the backends are
-                # validated already (one by one) and only need to be unique.
+                # validated already (one by one) and are unique.
                 model = RouterFile.model_validate(interpolate({k: v for k, v in raw.items() if k != "backends"}))
-                if len({pair[3] for pair in pairs}) != len(pairs):
-                    return None  # the whole-file parse names the duplicate
                 model.backends = models
             except (ConfigError, ValidationError, ValueError):
                 return None
+            gen = next(_GENERATIONS)
             if remember:
-                if len(memo) > len(items) + self.MIN_ITEMS:  # keep what this file holds (bounded by it)
-                    memo = dict(zip(items, pairs, strict=True))
+                if len(memo) > len(cut.items) + self.MIN_ITEMS:  # keep what this file holds (bounded by it)
+                    memo = dict(zip(cut.items, pairs, strict=True))
                 self._memo = memo
-        raw["backends"] = [pair[0] for pair in pairs]
-        return model, raw
+                self._last = _Last(gen, cut, pairs, models, names)
+        raw["backends"] = list(map(_RAW, pairs))
+        return model, raw, Tracked(last.gen if last is not None else None, gen, gone, added)
+
+    @staticmethod
+    def _diff(last: _Last | None, items: list[str], pairs: list[_Item], fresh: set[str]) -> tuple[list[str], Sequence[int]]:
+        """What changed since ``last`` when the whole text was cut: the names
+        of the items whose text is gone, the indices of the items that are
+        new or parsed anew (set operations on the texts)."""
+        if last is None:
+            return [], range(len(items))
+        now = set(items)
+        before = dict(zip(last.cut.items, last.pairs, strict=True))
+        gone = [before[item][3] for item in before.keys() - now]
+        changed = now.difference(before).union(fresh)
+        return gone, [i for i, item in enumerate(items) if item in changed]
 
     @staticmethod
     def _one(item: str) -> _Item | None:
@@ -455,6 +576,57 @@ def _env_values(item: str) -> tuple[tuple[str, str | None], ...]:
     return tuple((n, os.environ.get(n)) for n in _ENV.findall(item)) if "${" in item else ()
 
 
+_RAW, _MODEL, _NAME = itemgetter(0), itemgetter(1), itemgetter(3)  # of an _Item
+_GENERATIONS = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """A text ("\\n" + the file) cut into the items and the rest."""
+
+    t: str
+    start: int  # the end of the `backends:` line
+    at: int  # the newline before the first item
+    end: int  # the end of the items block
+    k: int  # the items' indentation
+    items: list[str]  # the text after each item's dash
+
+    @property
+    def rest(self) -> str:
+        return self.t[1 : self.start] + self.t[self.end :]
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The last remembered split parse: the next one starts from it."""
+
+    gen: int
+    cut: _Cut
+    pairs: list[_Item]
+    models: list[BackendConfig]
+    names: set[str]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix: blocks of 64 Ki, then 4 Ki,
+    256, 16 and 1 character compared (C memcmp; a 2 MB text in ~100 steps)."""
+    n, at, step = min(len(a), len(b)), 0, 1 << 16
+    while step:
+        while at + step <= n and a[at : at + step] == b[at : at + step]:
+            at += step
+        step >>= 4
+    return at
+
+
+def _common_suffix(a: str, b: str) -> int:
+    """The length of the longest common suffix, as `_common_prefix`."""
+    la, lb = len(a), len(b)
+    n, at, step = min(la, lb), 0, 1 << 16
+    while step:
+        while at + step <= n and a[la - at - step : la - at] == b[lb - at - step : lb - at]:
+            at += step
+        step >>= 4
+    return at
 _CHUNKS = _BackendChunks()
 
 

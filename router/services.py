@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .bulk import insert_rows
-from .config_schema import COMMAND_SECTION, ConfigError, load, parse
+from .config_schema import COMMAND_SECTION, ConfigError, load, parse_tracked
 from .models import Backend, ConfigDocument, Source
 from .revision import BACKEND, DOCUMENT, NOTHING, bump_revision, touch
 
@@ -90,7 +90,7 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
         if incremental:
             _remember_applied(path, digest)
         return False  # already applied (checked again under the lock below); no parse
-    model, raw = _parse_read(path, text, remember=incremental)
+    model, raw, tracked = _parse_read(path, text, remember=incremental)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
 
@@ -100,20 +100,18 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
             return False
         backends = model.backends
         # The DB holds what this process applied last (same file, same
-        # digest): only the backends whose parse changed need a look. The
-        # parse hands back the very same objects for unchanged items, so
-        # "changed" is "not one of the objects applied last".
+        # digest) and this parse started from that one: only the backends
+        # it says changed need a look.
         last = _applied.get(str(path)) if incremental else None
-        if last is not None and not force and doc.digest == last.digest and doc.path == str(path):
-            fresh = [i for i, b in enumerate(backends) if id(b) not in last.ids]
-            now_ids = set(map(id, backends))
-            old = {b.name for b in last.keep if id(b) not in now_ids}
-            new_names = {backends[i].name for i in fresh}
-            scope: set[str] | None = new_names | old
+        scope: set[str] | None = None
+        if last is not None and tracked is not None and tracked.base == last.gen and not force \
+                and doc.digest == last.digest and doc.path == str(path) \
+                and len(tracked.gone) + len(tracked.added) <= _MAX_SCOPE:
+            old = set(tracked.gone)
+            new_names = {backends[i].name for i in tracked.added}
+            scope = new_names | old
             new_names -= old  # renamed or added: not a config row yet
-            wanted = {backends[i].name: (raw_backends[i], backends[i]) for i in fresh}
-        else:
-            scope = None
+            wanted = {backends[i].name: (raw_backends[i], backends[i]) for i in tracked.added}
         if scope is None or len(scope) > _MAX_SCOPE:  # a large rewrite: compare everything (no huge IN lists)
             scope = None
             wanted = {b.name: (rb, b) for rb, b in zip(raw_backends, backends, strict=True)}
@@ -137,22 +135,24 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
         doc.document = document
         doc.save()
         bump_revision(f"config {path.name}")
-        if incremental:
-            applied = _Applied(digest, set(map(id, backends)), backends)
+        if incremental and tracked is not None:
+            applied = _Applied(digest, tracked.gen)
             transaction.on_commit(lambda: _applied.update({str(path): applied}))
+        elif incremental:  # a whole-file parse: the next edit compares everything
+            transaction.on_commit(lambda: _applied.pop(str(path), None))
     log.info("config applied", extra={"path": str(path), "backends": len(backends), "written": touched})
     return True
 
 
 _MAX_SCOPE = 2000
 
+
 @dataclass(frozen=True, slots=True)
 class _Applied:
-    """The last sync of one file this process committed."""
+    """The last sync of one (split) file this process committed."""
 
     digest: str
-    ids: set[int]  # id() of each parsed backend
-    keep: list[Any]  # the parsed backends themselves: their ids stay theirs
+    gen: int  # the parse it applied (config_schema.Tracked)
 
 
 _applied: dict[str, _Applied] = {}  # config path → its last sync here
@@ -165,17 +165,18 @@ def _remember_applied(path: Path, digest: str) -> None:
     if last is not None and last.digest == digest:
         return
     try:
-        model, _ = _parse_read(path, path.read_bytes(), remember=True, digest=digest)
+        _, _, tracked = _parse_read(path, path.read_bytes(), remember=True, digest=digest)
     except (ConfigError, OSError):  # it changed since it was read: the next look applies it
         return
-    _applied[str(path)] = _Applied(digest, set(map(id, model.backends)), model.backends)
+    if tracked is not None:
+        _applied[str(path)] = _Applied(digest, tracked.gen)
 
 
 def _parse_read(path: Path, text: bytes, *, remember: bool, digest: str | None = None):
     """Parse the very bytes that were digested (a second read could see a
     newer file under the older digest). A missing file is load()'s error."""
     if not path.exists():
-        return load(path)
+        return (*load(path), None)
     if digest is not None and hashlib.sha256(_MIRROR_FORMAT + text).hexdigest() != digest:
         raise ConfigError(f"{path}: changed while being read")
     try:
@@ -184,7 +185,7 @@ def _parse_read(path: Path, text: bytes, *, remember: bool, digest: str | None =
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if "\r" in decoded:  # as a text-mode read (universal newlines) would give it
         decoded = decoded.replace("\r\n", "\n").replace("\r", "\n")
-    return parse(decoded, source=str(path), remember=remember)
+    return parse_tracked(decoded, source=str(path), remember=remember)
 
 
 def _write_config_backends(wanted: dict[str, tuple[dict, Any]], scope: set[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from router import config_schema
-from router.config_schema import ConfigError, _parse_whole, parse
+from router.config_schema import ConfigError, _parse_whole, parse, parse_tracked
 from router.models import Backend, Source
 from router.services import _backend_fields, config_sync
 
@@ -84,8 +84,10 @@ def small_files(monkeypatch):
     monkeypatch.setattr(config_schema._BackendChunks, "MIN_ITEMS", 1)
     monkeypatch.setenv(ENV, "k1")
     config_schema._CHUNKS._memo = {}
+    config_schema._CHUNKS._last = None
     yield
     config_schema._CHUNKS._memo = {}
+    config_schema._CHUNKS._last = None
 
 
 @hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -96,6 +98,81 @@ def test_the_item_by_item_parse_equals_the_whole_file_parse(small_files, first, 
     # maybe another value of the variable a remembered item names).
     os.environ[ENV] = env
     assert outcome(lambda t: parse(t, remember=True), second) == outcome(lambda t: _parse_whole(t, "<config>"), second)
+
+
+# Small edits anywhere in the text, structural ones included: the parse that
+# starts from the last one (only the items the edit touches are cut again)
+# equals the whole-file parse after every edit.
+structural = st.sampled_from([
+    "\n", " ", "-", "- ", "\n  - ", "\n- ", "\n    - ", "#", ":", "{", "}", ",", "'", "&a ", "*a", "!t ", "\r",
+    "${%s}" % ENV, "\nbackends:\n", "\n---\n", "\nhealth:\n", "\n  enabled: true\n",
+])
+benign = st.sampled_from([  # what operators do: values, names, whole items (mostly kept valid)
+    "", "x", "1", "7", "  - {name: z, url: 'http://h:9', models: [m0]}\n", "- {name: y, url: 'http://h:8', models: [m1]}\n",
+    "    - {name: w, url: 'http://h:7', models: [m2]}\n",
+])
+snippets = st.one_of(benign, benign, structural)
+
+
+@st.composite
+def valid_file(draw) -> str:
+    """A good file in the plain block form (what the edit-sized path starts from)."""
+    indent = draw(st.sampled_from([0, 2, 4]))
+    pad = " " * indent
+    forms = draw(st.lists(st.sampled_from(["flow", "block", "dash-alone"]), min_size=1, max_size=12))
+    items = []
+    for i, form in enumerate(forms):
+        if form == "flow":
+            items.append(f"{pad}- {{name: b{i}, url: 'http://h:{i}', models: [m0], weight: {i + 1}}}\n")
+        elif form == "block":
+            items.append(f"{pad}- name: b{i}\n{pad}  url: http://h:{i}\n{pad}  models:\n{pad}    - m1\n")
+        else:
+            items.append(f"{pad}-\n{pad}  name: b{i}\n{pad}  url: http://h:2\n{pad}  models: [m2]\n")
+    head = draw(st.sampled_from(["", "# fleet\n", "selection_strategy: least_in_flight\n"]))
+    tail = draw(st.sampled_from(["", "api_keys:\n  mode: blocking\n", "health:\n  enabled: false\n# end\n"]))
+    return head + "backends:\n" + "".join(items) + tail
+
+
+@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.one_of(valid_file(), valid_file(), yaml_file()), plain=st.sampled_from([True, True, True, False]),
+       edits=st.lists(st.tuples(st.floats(0, 1), st.sampled_from([0, 0, 0, 1, 2, 6]), snippets),
+                                min_size=1, max_size=25))
+def test_after_small_edits_the_parse_from_the_last_one_equals_the_whole_file_parse(small_files, first, plain, edits):
+    text = first.replace("${%s}" % ENV, "k9") if plain else first  # no ${VAR}: the edit-sized path
+    for where, cut, snippet in [(0.0, 0, ""), *edits]:
+        at = round(where * len(text))
+        text = text[:at] + snippet + text[at + cut :]
+        got = outcome(lambda t: parse(t, remember=True), text)
+        assert got == outcome(lambda t: _parse_whole(t, "<config>"), text), repr(text)
+
+
+def test_an_edit_of_one_item_cuts_only_that_item_and_says_what_changed(monkeypatch):
+    monkeypatch.setattr(config_schema._CHUNKS, "_memo", {})
+    monkeypatch.setattr(config_schema._CHUNKS, "_last", None)
+    lines = ["backends:"] + [f"  - {{name: b{i}, url: 'http://h:{i + 1}', models: [m]}}" for i in range(100)]
+    text = "\n".join([*lines, "health:", "  enabled: false", ""])
+    first = parse_tracked(text, remember=True)[2]
+    assert first is not None and first.base is None and len(first.added) == 100
+    cuts = []
+    whole = config_schema._BackendChunks._cut
+    monkeypatch.setattr(config_schema._BackendChunks, "_cut", lambda self, t: cuts.append(t) or whole(self, t))
+    edits = [
+        (text.replace("name: b49,", "name: renamed,"), {"b49"}, {"renamed"}),  # a rename in place
+        (text.replace("  - {name: b7,", "  - {name: n1, url: 'http://h:1', models: [m]}\n  - {name: b7,"), set(), {"n1"}),
+        (text.replace("  - {name: b99, url: 'http://h:100', models: [m]}\n", ""), {"b99"}, set()),  # the last item
+    ]
+    base = first.gen
+    for edited, gone, added in edits:
+        model, _, tracked = parse_tracked(edited, remember=True)
+        assert tracked is not None and tracked.base == base and not cuts  # from the last parse, nothing cut whole
+        assert model.model_dump() == _parse_whole(edited, "<config>")[0].model_dump()
+        # The items the edit touched (and at most a neighbour the cut took along, unchanged).
+        names = {model.backends[i].name for i in tracked.added}
+        assert (set(tracked.gone) - names, names - set(tracked.gone)) == (gone, added)
+        assert len(tracked.gone) <= 2 and len(tracked.added) <= 2
+        base = tracked.gen
+        parse_tracked(text, remember=True)  # back to the first file
+        base = config_schema._CHUNKS._last.gen
 
 
 def test_a_plain_large_file_is_split_and_an_edit_reparses_only_its_item(monkeypatch):
@@ -142,21 +219,22 @@ edit = st.tuples(
 )
 
 
-def render(fleet: dict[str, int]) -> str:
+def render(fleet: dict[str, int], templated: bool = True) -> str:
+    key = f"${{{ENV}}}" if templated else "k1"
     lines = ["backends:" if fleet else "backends: []"]
     for name, weight in fleet.items():
-        lines.append(f"  - {{name: {name}, url: 'http://h:1', models: [m], weight: {weight}, api_key: '${{{ENV}}}'}}")
+        lines.append(f"  - {{name: {name}, url: 'http://h:1', models: [m], weight: {weight}, api_key: '{key}'}}")
     return "\n".join([*lines, "health:", "  enabled: false", ""])
 
 
 @pytest.mark.django_db(transaction=True)
-@hsettings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(edit, min_size=20, max_size=40))
-def test_after_every_edit_the_config_rows_equal_the_file(small_files, tmp_path, settings, edits):
+@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(edit, min_size=20, max_size=40), templated=st.booleans())
+def test_after_every_edit_the_config_rows_equal_the_file(small_files, tmp_path, settings, edits, templated):
     settings.ROUTER_REDIS_PREFIX = f"t{uuid.uuid4().hex[:10]}:"
     path = tmp_path / f"{uuid.uuid4().hex}.yaml"
     fleet = {f"b{i}": 100 for i in range(8)}
-    path.write_text(render(fleet))
+    path.write_text(render(fleet, templated))
     config_sync(path, incremental=True)
     good = path.read_text()
     for kind, n in edits:
@@ -175,7 +253,7 @@ def test_after_every_edit_the_config_rows_equal_the_file(small_files, tmp_path, 
             items = list(fleet.items())
             items.reverse()
             fleet = dict(items)
-        text = render(fleet)
+        text = render(fleet, templated)
         if kind == "comment":
             text = text.replace("health:", f"# edit {n}\nhealth:")
         if kind == "bad":
@@ -189,7 +267,7 @@ def test_after_every_edit_the_config_rows_equal_the_file(small_files, tmp_path, 
             good = text
         assert rows() == expected(good), f"after {kind} {n}"
     # The env edit changed the resolved key, never the stored template.
-    assert all(r["api_key"] == f"${{{ENV}}}" for r in rows().values())
+    assert all(r["api_key"] == (f"${{{ENV}}}" if templated else "k1") for r in rows().values())
 
 
 @pytest.mark.django_db
