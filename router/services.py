@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,10 +18,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from redis.exceptions import LockError, RedisError
 
 from .bulk import insert_rows
 from .config_schema import COMMAND_SECTION, ConfigError, load, parse_tracked
 from .models import Backend, ConfigDocument, Source
+from .redis import sync_client
 from .revision import BACKEND, DOCUMENT, NOTHING, bump_revision, touch
 
 log = logging.getLogger(__name__)
@@ -86,10 +91,59 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
     path = path or resolve_config_path()
     text = path.read_bytes() if path.exists() else b""
     digest = hashlib.sha256(_MIRROR_FORMAT + text).hexdigest()
-    if not force and ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).exists():
+    if not force and _applied_already(path, digest):
         if incremental:
             _remember_applied(path, digest)
         return False  # already applied (checked again under the lock below); no parse
+    if force:
+        return _apply(path, text, digest, force=True, incremental=incremental)
+    with _parsing(digest) as another:
+        if another and _applied_already(path, digest):
+            if incremental:
+                _remember_applied(path, digest)
+            return False  # the other process applied these very bytes
+        return _apply(path, text, digest, force=force, incremental=incremental)
+
+
+def _applied_already(path: Path, digest: str) -> bool:
+    return ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).exists()
+
+
+PARSE_WAIT = 60.0  # seconds a process waits for another one's parse of the same bytes
+
+
+@contextmanager
+def _parsing(digest: str) -> Iterator[bool]:
+    """One parse of a file's bytes at a time across the node's processes
+    (both web processes and the tasks process sync the file at start: at
+    20,000 backends each parse is seconds of CPU on the same cores). Yields
+    whether it waited for another process that held it; then the caller
+    looks whether that one applied it. Without Redis, or after PARSE_WAIT,
+    it goes on alone (the DB lock still serialises the writes)."""
+    name = f"{settings.ROUTER_REDIS_PREFIX}config:parsing:{digest}"
+    lock = None
+    waited = False
+    try:
+        lock = sync_client().lock(name, timeout=PARSE_WAIT, blocking=False)
+        deadline = time.monotonic() + PARSE_WAIT
+        while not lock.acquire():
+            waited = True
+            if time.monotonic() > deadline:
+                lock = None
+                break
+            time.sleep(0.05)
+    except RedisError as exc:
+        log.debug("config parse not shared (%s)", type(exc).__name__)
+        lock = None
+    try:
+        yield waited
+    finally:
+        if lock is not None:
+            with suppress(RedisError, LockError):
+                lock.release()
+
+
+def _apply(path: Path, text: bytes, digest: str, *, force: bool, incremental: bool) -> bool:
     model, raw, tracked = _parse_read(path, text, remember=incremental)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
