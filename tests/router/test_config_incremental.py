@@ -22,6 +22,7 @@ from router.models import Backend, Source
 from router.services import _backend_fields, config_sync
 
 ENV = "ROUTER_TEST_CHUNK_KEY"
+TEMPLATE = "${" + ENV + "}"
 
 # One backend as a YAML list item, in the forms operators write.
 names = st.text("abcdefgh0123", min_size=1, max_size=6)
@@ -105,7 +106,7 @@ def test_the_item_by_item_parse_equals_the_whole_file_parse(small_files, first, 
 # equals the whole-file parse after every edit.
 structural = st.sampled_from([
     "\n", " ", "-", "- ", "\n  - ", "\n- ", "\n    - ", "#", ":", "{", "}", ",", "'", "&a ", "*a", "!t ", "\r",
-    "${%s}" % ENV, "\nbackends:\n", "\n---\n", "\nhealth:\n", "\n  enabled: true\n",
+    TEMPLATE, "\nbackends:\n", "\n---\n", "\nhealth:\n", "\n  enabled: true\n",
 ])
 benign = st.sampled_from([  # what operators do: values, names, whole items (mostly kept valid)
     "", "x", "1", "7", "  - {name: z, url: 'http://h:9', models: [m0]}\n", "- {name: y, url: 'http://h:8', models: [m1]}\n",
@@ -138,7 +139,7 @@ def valid_file(draw) -> str:
        edits=st.lists(st.tuples(st.floats(0, 1), st.sampled_from([0, 0, 0, 1, 2, 6]), snippets),
                                 min_size=1, max_size=25))
 def test_after_small_edits_the_parse_from_the_last_one_equals_the_whole_file_parse(small_files, first, plain, edits):
-    text = first.replace("${%s}" % ENV, "k9") if plain else first  # no ${VAR}: the edit-sized path
+    text = first.replace(TEMPLATE, "k9") if plain else first  # no ${VAR}: the edit-sized path
     for where, cut, snippet in [(0.0, 0, ""), *edits]:
         at = round(where * len(text))
         text = text[:at] + snippet + text[at + cut :]
