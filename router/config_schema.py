@@ -519,7 +519,7 @@ class _BackendChunks:
                         return None  # the whole-file parse names the duplicate
                     names.add(name)
                 models = last.models[:i0] + list(map(_MODEL, pairs_new)) + last.models[i1:]
-                added = range(i0, i0 + len(new))
+                added: Sequence[int] = range(i0, i0 + len(new))
             else:
                 pairs = list(map(memo.__getitem__, cut.items))
                 names = set(map(_NAME, pairs))
