@@ -526,7 +526,7 @@ class _BackendChunks:
                 if len(names) != len(pairs):
                     return None  # the whole-file parse names the duplicate
                 models = list(map(_MODEL, pairs))
-                gone, added = self._diff(last, cut.items, pairs, fresh)
+                gone, added = self._diff(last, cut.items, fresh)
             try:
                 # The other sections, validated as usual; the backends are
                 # validated already (one by one) and are unique.
@@ -544,7 +544,7 @@ class _BackendChunks:
         return model, raw, Tracked(last.gen if last is not None else None, gen, gone, added)
 
     @staticmethod
-    def _diff(last: _Last | None, items: list[str], pairs: list[_Item], fresh: set[str]) -> tuple[list[str], Sequence[int]]:
+    def _diff(last: _Last | None, items: list[str], fresh: set[str]) -> tuple[list[str], Sequence[int]]:
         """What changed since ``last`` when the whole text was cut: the names
         of the items whose text is gone, the indices of the items that are
         new or parsed anew (set operations on the texts)."""
