@@ -31,7 +31,7 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
 
-from router.bulk import insert_rows
+from router.bulk import BATCH, insert_rows
 from router.core.backend import BackendSpec
 from router.models import Backend, Source
 from router.redis import sync_client
@@ -172,9 +172,9 @@ def stored_circuit(row) -> WireCircuit | None:
 
 
 # Rows per INSERT of the circuits' batched write (a first pull adds 5,000;
-# one INSERT per row was a large part of a first boot's apply). Backends and
-# routes (20,000 each) go through router.bulk.insert_rows.
-WRITE_BATCH = 1000
+# one INSERT per row was a large part of a first boot's apply), as backends
+# and routes (20,000 each) through router.bulk.insert_rows.
+WRITE_BATCH = BATCH
 
 
 def _write_plan(p: Plan, now) -> None:

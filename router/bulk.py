@@ -30,6 +30,7 @@ _PLAIN = (
 )
 
 BATCH = 1000  # rows per executemany: one statement's parameters stay modest
+_REQUIRED = object()  # a field with no default that a row must give
 
 
 def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) -> int:
@@ -70,5 +71,3 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
             written += len(batch)
     return written
 
-
-_REQUIRED = object()

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from fakes import ollama_backend, openai_backend
 from tests.support.routerproc import RouterProc
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _celery_app():
+    """The tasks bind to the project's Celery app, as in the tasks process and
+    beat (``celery -A config`` loads `config.celery`); no other process
+    imports it (config/__init__.py), so a test that sends a task loads it."""
+    importlib.import_module("config.celery")
 
 
 def _fake_factory(module, default_models):

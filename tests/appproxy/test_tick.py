@@ -52,20 +52,13 @@ def _held(s, job: str):
     return sync_client().lock(tasks._lock_name(s.authority, tasks._LOCK_OF[job]), timeout=30, thread_local=False)
 
 
-def test_no_reconcile_while_a_registration_is_in_flight(registered):
-    lock = _held(registered, "register")
+@pytest.mark.parametrize("running", ["register", "reconcile"])
+def test_no_reconcile_while_a_pull_is_in_flight(registered, running):
+    # A registration pulls itself (its first pull); a reconcile is one pull.
+    lock = _held(registered, running)
     assert lock.acquire(blocking=False)
     try:
         assert "reconcile" not in tasks.tick.apply().get()
     finally:
         lock.release()
-    assert "reconcile" in tasks.tick.apply().get()  # the first pull is due once nothing else pulls
-
-
-def test_no_second_reconcile_while_one_runs(registered):
-    lock = _held(registered, "reconcile")
-    assert lock.acquire(blocking=False)
-    try:
-        assert "reconcile" not in tasks.tick.apply().get()
-    finally:
-        lock.release()
+    assert "reconcile" in tasks.tick.apply().get()  # due once nothing else pulls
