@@ -144,7 +144,7 @@ ROUTER_POLL_SECONDS = float(os.environ.get("ROUTER_POLL_SECONDS", "2"))
 # Watch the YAML file's mtime and apply edits without a restart: the tasks
 # process looks every ROUTER_CONFIG_POLL_SECONDS (0: only the 1 s beat tick).
 ROUTER_WATCH_CONFIG = os.environ.get("ROUTER_WATCH_CONFIG", "1") not in {"0", "false", "no"}
-ROUTER_CONFIG_POLL_SECONDS = float(os.environ.get("ROUTER_CONFIG_POLL_SECONDS", "0.025"))
+ROUTER_CONFIG_POLL_SECONDS = float(os.environ.get("ROUTER_CONFIG_POLL_SECONDS", "0.01"))
 
 LOG_LEVEL = os.environ.get("ROUTER_LOG_LEVEL", "INFO")
 LOGGING = {

@@ -2,9 +2,9 @@
 
 The tasks process (Celery worker + embedded beat) applies the file once when
 it starts, then whenever the file changed: a thread of its own looks at the
-file every `ROUTER_CONFIG_POLL_SECONDS` (0.025 s, one stat call) and applies
-a file renamed over the path at once, one rewritten in place once its
-(mtime, size) held for one more look (within about 25 / 50 ms); the beat
+file every `ROUTER_CONFIG_POLL_SECONDS` (0.01 s, one stat call) and applies
+a file renamed over the path at the next look, one rewritten in place once
+its (mtime, size) held for 25 ms (within about 10 / 35 ms); the beat
 task `router.sync_config` (every second, config/celery.py) is the backstop
 when that thread is off. Both go through the digest-checked, incremental
 `config_sync` (only the backends whose text changed are compared and
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 from celery import shared_task
@@ -121,20 +122,30 @@ def sync_config() -> bool:
     return sync_file()
 
 
+SETTLE_SECONDS = 0.025  # an in-place rewrite is applied once its (mtime, size) held this long
+
+
 def _watch(interval: float, stop: threading.Event) -> None:
     """Until ``stop``: apply the file once it changed. A file renamed over
-    the path is applied at once; one rewritten in place (same inode) once
-    its (mtime, size) held for one more look, so a writer that truncates and
-    rewrites is never read half-written (a short file would remove backends)."""
-    pending = None
+    the path is applied at the next look; one rewritten in place (same
+    inode) once its (mtime, size) held for SETTLE_SECONDS and at least one
+    more look, so a writer that truncates and rewrites is never read
+    half-written (a short file would remove backends)."""
+    pending, since = None, 0.0
     failing = ""  # the last failure, logged once; looks slow to 1 s meanwhile
     while not stop.wait(max(interval, 1.0) if failing else interval):
         try:
             stat = _stat(resolve_config_path())
             seen = _seen["stat"]
-            if stat == seen or (stat != pending and not _replaced(stat, seen)):
-                pending = stat if stat != seen else None
+            if stat == seen:
+                pending = None
                 continue
+            if not _replaced(stat, seen):
+                if stat != pending:
+                    pending, since = stat, time.monotonic()
+                    continue
+                if time.monotonic() - since < SETTLE_SECONDS:
+                    continue
             pending = None
             sync_file()
             failing = ""
