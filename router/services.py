@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -102,7 +101,7 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
             if incremental:
                 _remember_applied(path, digest)
             return False  # the other process applied these very bytes
-        return _apply(path, text, digest, force=force, incremental=incremental)
+        return _apply(path, text, digest, force=False, incremental=incremental)
 
 
 def _applied_already(path: Path, digest: str) -> bool:
@@ -120,25 +119,18 @@ def _parsing(digest: str) -> Iterator[bool]:
     whether it waited for another process that held it; then the caller
     looks whether that one applied it. Without Redis, or after PARSE_WAIT,
     it goes on alone (the DB lock still serialises the writes)."""
-    name = f"{settings.ROUTER_REDIS_PREFIX}config:parsing:{digest}"
-    lock = None
-    waited = False
+    lock = sync_client().lock(f"{settings.ROUTER_REDIS_PREFIX}config:parsing:{digest}", timeout=PARSE_WAIT, sleep=0.05)
+    got = waited = False
     try:
-        lock = sync_client().lock(name, timeout=PARSE_WAIT, blocking=False)
-        deadline = time.monotonic() + PARSE_WAIT
-        while not lock.acquire():
-            waited = True
-            if time.monotonic() > deadline:
-                lock = None
-                break
-            time.sleep(0.05)
+        got = lock.acquire(blocking=False)
+        waited = not got
+        got = got or lock.acquire(blocking_timeout=PARSE_WAIT)
     except RedisError as exc:
         log.debug("config parse not shared (%s)", type(exc).__name__)
-        lock = None
     try:
         yield waited
     finally:
-        if lock is not None:
+        if got:
             with suppress(RedisError, LockError):
                 lock.release()
 
