@@ -74,7 +74,8 @@ class KeyRecord(NamedTuple):
             f"owner={self.owner!r}, ip_restricted={self.ip_restricted!r})"
         )
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        return self.__repr__()
 
 
 def make_record(

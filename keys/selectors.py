@@ -62,7 +62,7 @@ def _empty(text: str | None) -> bool:
 
 
 def _list(text: str | None) -> Any:
-    return () if _empty(text) else (orjson.loads(text) or ())
+    return () if text is None or _empty(text) else (orjson.loads(text) or ())
 
 
 def compile_keyring() -> Keyring:
