@@ -8,7 +8,10 @@ apply at 5,000 circuits. Here the statement is built once and each row is a
 plain list of parameters; only the fields whose Python value is not already
 what the driver takes (JSON, dates) go through `get_db_prep_save`. Rows get
 no primary key back, nothing is sent as a signal (bulk_create sends none
-either), and every column the caller leaves out takes its field's default.
+either), and every column the caller leaves out takes its field's default. A value's
+prepared form is reused for the next rows while it is the same object (or
+an equal list of names), so the caller must not change a value it passed
+while the rows are written.
 """
 
 from __future__ import annotations
@@ -47,20 +50,43 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
         else:
             defaults.append(_REQUIRED)
     prep = [None if isinstance(f, _PLAIN) else f for f in fields]
+    ready = [d if d is _REQUIRED or p is None or d is None else p.get_db_prep_save(d, connection)
+             for p, d in zip(prep, defaults, strict=True)]
     quote = connection.ops.quote_name
     sql = "INSERT INTO {} ({}) VALUES ({})".format(
         quote(model._meta.db_table), ", ".join(quote(f.column) for f in fields), ", ".join(["%s"] * len(fields))
     )
+    # A prepared value is kept for the next rows: a value that is the same
+    # object as the last one (one `now` for every row), and a list of names
+    # seen before (a backend's models: 2,000 lists over 20,000 rows). Each
+    # get_db_prep_save is a JSON encoder or a date adapter built per call.
+    last: list[Any] = [_REQUIRED] * len(fields)
+    last_ready: list[Any] = [None] * len(fields)
+    lists: dict[tuple[int, tuple[str, ...]], Any] = {}
     written = 0
     batch: list[list[Any]] = []
     with connection.cursor() as cursor:
         for row in rows:
             params = []
-            for f, p, default in zip(fields, prep, defaults, strict=True):
-                value = row.get(f.attname, default)
+            for i, (f, p) in enumerate(zip(fields, prep, strict=True)):
+                value = row.get(f.attname, _REQUIRED)
                 if value is _REQUIRED:
-                    raise ValueError(f"insert_rows: {model.__name__}.{f.attname} has no default")
-                params.append(value if p is None or value is None else p.get_db_prep_save(value, connection))
+                    if ready[i] is _REQUIRED:
+                        raise ValueError(f"insert_rows: {model.__name__}.{f.attname} has no default")
+                    params.append(ready[i])
+                elif p is None or value is None:
+                    params.append(value)
+                elif value is last[i]:
+                    params.append(last_ready[i])
+                else:
+                    key = _names_key(i, value)
+                    prepared = lists.get(key) if key is not None else None
+                    if prepared is None:
+                        prepared = p.get_db_prep_save(value, connection)
+                        if key is not None and len(lists) < _LISTS_KEPT:
+                            lists[key] = prepared
+                    last[i], last_ready[i] = value, prepared
+                    params.append(prepared)
             batch.append(params)
             if len(batch) >= BATCH:
                 cursor.executemany(sql, batch)
@@ -71,3 +97,12 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
             written += len(batch)
     return written
 
+
+_LISTS_KEPT = 10_000  # lists of names kept prepared in one call
+
+
+def _names_key(i: int, value: Any) -> tuple[int, tuple[str, ...]] | None:
+    """The memo key of a list of strings (None: anything else)."""
+    if type(value) is list and all(type(v) is str for v in value):
+        return (i, tuple(value))
+    return None

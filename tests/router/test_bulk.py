@@ -53,3 +53,28 @@ def test_a_column_without_a_default_must_be_given():
     with pytest.raises(ValueError, match="kernel_port"), transaction.atomic():
         insert_rows(Route, [{"circuit_id": circuit.pk}])
     assert not Route.objects.exists()
+
+
+def test_prepared_values_kept_between_rows_never_mix_rows_up():
+    """One `now` for every row and repeated lists of names are prepared once;
+    every row still gets its own values (a list seen before, one that only
+    looks alike, one with a non-string, a dict, and the field defaults)."""
+    from django.utils import timezone
+
+    now = timezone.now()
+    lists = [["a"], ["a", "b"], ["a"], ["b", "a"], ["a", 1], ["a", 1], [], ["a"], ["a,b"], ["a", "b"]]
+    with transaction.atomic():
+        insert_rows(
+            Backend,
+            (
+                {"name": f"b{i}", "source": Source.APPPROXY, "url": "http://x", "models": models,
+                 "updated_at": now, **({"extra": {"i": i}} if i % 3 == 0 else {})}
+                for i, models in enumerate(lists)
+            ),
+        )
+    rows = {b.name: b for b in Backend.objects.all()}
+    for i, models in enumerate(lists):
+        row = rows[f"b{i}"]
+        assert row.models == models, row.name
+        assert row.extra == ({"i": i} if i % 3 == 0 else {})
+        assert row.updated_at == now
