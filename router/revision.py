@@ -35,6 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from .bulk import insert_rows
 from .models import RoutingChange, RoutingRevision
 from .redis import sync_client
 
@@ -116,9 +117,9 @@ def bump_revision(reason: str) -> int:
         if not updated:
             RoutingRevision.objects.get_or_create(pk=1, defaults={"revision": 1, "reason": reason[:200]})
         revision = current_revision()
-        RoutingChange.objects.bulk_create(
-            [RoutingChange(revision=revision, topic=topic, name=name[:300]) for topic, name in pairs]
-        )
+        # plain rows: a first pull logs ~30,000 names, and bulk_create
+        # compiled each (router.bulk)
+        insert_rows(RoutingChange, ({"revision": revision, "topic": topic, "name": name[:300]} for topic, name in pairs))
         if revision % _PRUNE_EVERY == 0:
             RoutingChange.objects.filter(revision__lte=revision - KEEP_REVISIONS).delete()
         transaction.on_commit(lambda: publish_notice(revision, reason))
