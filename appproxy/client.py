@@ -237,12 +237,16 @@ class CircuitBody:
 
 
 def parse_circuit_items(items: list[Any]) -> tuple[list[Circuit], set[str], list[str]]:
-    """(parsed circuits, ids of the items that failed to parse, errors)."""
+    """(parsed circuits, ids of the items that failed to parse, errors).
+
+    The items are given away (decoded from one answer for this parse): each
+    circuit keeps its item as its raw mapping, so the caller must not change
+    them after."""
     good: list[Circuit] = []
     failed: set[str] = set()
     errors: list[str] = []
     for item in items:
-        parsed, problems = parse_circuits([item])
+        parsed, problems = parse_circuits([item], owned=True)
         good.extend(parsed)
         if problems:
             errors.extend(problems)

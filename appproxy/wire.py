@@ -28,6 +28,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     model_validator,
 )
@@ -125,10 +126,13 @@ class Circuit(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _keep_raw(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    def _keep_raw(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
         obj = handler(data)
         if isinstance(data, Mapping) and isinstance(obj, Circuit):
-            obj._raw = _copy_tree(data)
+            # A caller that hands over what it decoded (OWNED) gives the
+            # mapping away: kept as it is, not copied (a first pull's 5,000
+            # circuits, ~0.4 s of CPU).
+            obj._raw = data if info.context is OWNED and type(data) is dict else _copy_tree(data)
         return obj
 
     @property
@@ -166,16 +170,25 @@ class Circuit(BaseModel):
         return out
 
 
-def parse_circuits(items: Iterable[Any]) -> tuple[list[Circuit], list[str]]:
+# The validation context of a caller that gives its decoded items away: it
+# never reads or changes them again, so a circuit keeps its item as its raw.
+OWNED: dict[str, Any] = {"owned": True}
+
+
+def parse_circuits(items: Iterable[Any], *, owned: bool = False) -> tuple[list[Circuit], list[str]]:
     """Validate each element on its own: one bad circuit never hides the rest.
 
     Returns (circuits, errors) where errors are short human-readable strings.
+    `owned`: the caller decoded `items` for this parse and gives them away
+    (never reads or changes them after); each circuit then keeps its item
+    as its raw mapping instead of a copy.
     """
     good: list[Circuit] = []
     errors: list[str] = []
+    context = OWNED if owned else None
     for index, item in enumerate(items):
         try:
-            good.append(Circuit.model_validate(item))
+            good.append(Circuit.model_validate(item, context=context))
         except ValidationError as exc:
             ident = item.get("id") if isinstance(item, Mapping) else None
             errors.append(f"circuit[{index}] id={ident!r}: {exc.error_count()} validation error(s)")

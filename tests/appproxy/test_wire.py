@@ -172,6 +172,26 @@ def test_parse_circuits_isolates_bad_elements() -> None:
     assert "circuit[1]" in errors[0]
 
 
+def test_a_parse_keeps_its_own_copy_unless_the_items_are_given_away() -> None:
+    """By default a circuit's raw is a copy: the caller may change its items
+    after. An owned parse (a pull's freshly decoded answer) keeps the item."""
+    item = circuit_dict(extra_key={"nested": [1, 2]})
+    (copied,), _ = parse_circuits([item])
+    item["extra_key"]["nested"].append(3)
+    item["app"] = "changed"
+    assert copied.raw["extra_key"] == {"nested": [1, 2]}
+    assert copied.raw["app"] != "changed"
+
+    fresh = circuit_dict(extra_key={"nested": [1, 2]})
+    (owned,), _ = parse_circuits([fresh], owned=True)
+    assert owned.raw == fresh
+    assert owned.raw is not fresh  # what a caller reads is still its own copy
+    assert owned.raw_to_store() is fresh
+    # every other parse of the process still copies
+    (again,), _ = parse_circuits([fresh])
+    assert again.raw_to_store() is not fresh
+
+
 def test_worker_registration_wildcard_body_matches_reference() -> None:
     reg = WorkerRegistration.wildcard(
         authority="router-1",
