@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from router.bulk import insert_rows
 from router.revision import touch
 
 from .models import ApiKey, KeySource
@@ -83,7 +84,7 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
     taken = dict(
         ApiKey.objects.filter(key_hash__in=[k.key_hash for k in incoming.values()]).values_list("key_hash", "key_id")
     )
-    created: list[ApiKey] = []  # one batched INSERT: a first pull brings thousands
+    created: list[dict[str, Any]] = []  # plain rows in one executemany: a first pull brings thousands
     for key_id, key in incoming.items():
         fields = key.fields()
         owner = taken.get(key.key_hash)
@@ -92,7 +93,7 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
             continue
         row = rows.get(key_id)
         if row is None:
-            created.append(ApiKey(source=KeySource.COORDINATOR, key_id=key_id, **fields))
+            created.append({"source": str(KeySource.COORDINATOR), "key_id": key_id, **fields})
             touch(TOPIC, coordinator_record_id(key_id))
             changed = True
         elif not _same(row, fields):
@@ -101,7 +102,9 @@ def sync_coordinator_keys(keys: Iterable[CoordinatorKey], *, full: bool, keep: C
             changed = True
         if not key.expiry_ok:
             log.warning("keys: coordinator key %s has an unreadable expires_at; it is refused", key_id)
-    ApiKey.objects.bulk_create(created, batch_size=1000)
+    # bulk_create compiled each value of each row (~0.3 s of a first pull at
+    # 2,000 keys); router.bulk writes the same rows
+    insert_rows(ApiKey, created)
     return changed
 
 
