@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+import orjson
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -150,21 +151,46 @@ def publications(authority: str) -> list[WirePublication]:
     return list(_current(authority).by_model.values())
 
 
+# What a stored publication validates to, by its stored content: a write
+# remembers the publication it stored, so the read of the same transaction's
+# plan (a first pull: 2,000 publications, ~0.4 s of validation) takes it
+# back instead of validating every row again. Keyed by content, not by name,
+# so a rolled-back write or a row changed elsewhere is simply a miss.
+_validated: dict[bytes, WirePublication] = {}
+_VALIDATED_KEPT = 20_000
+
+
+def _stored(model: str, aliases: Any, mappings: Any, control_mode: Any) -> tuple[dict[str, Any], bytes | None]:
+    """(the mapping a row's publication validates from, its memo key)."""
+    data = {"model": model, "aliases": aliases or [], "mappings": mappings or [], "control_mode": control_mode}
+    try:
+        return data, orjson.dumps(data, option=orjson.OPT_SORT_KEYS)  # jsonb reorders keys
+    except TypeError:  # not JSON-shaped: validated every time (and refused there)
+        return data, None
+
+
+def _remember(key: bytes | None, pub: WirePublication) -> None:
+    if key is None:
+        return
+    if len(_validated) >= _VALIDATED_KEPT:
+        _validated.clear()
+    _validated[key] = pub
+
+
+def _publication_of(row: Publication) -> WirePublication:
+    data, key = _stored(row.model, row.aliases, row.mappings, row.control_mode)
+    pub = _validated.get(key) if key is not None else None
+    if pub is None:
+        pub = WirePublication.model_validate(data)
+        _remember(key, pub)
+    return pub
+
+
 def _read_publications(authority: str, names: Collection[str] | None = None) -> dict[str, WirePublication]:
     rows = Publication.objects.filter(authority=authority)
     if names is not None:
         rows = rows.filter(model__in=list(names))
-    out = {}
-    for row in rows.order_by("model"):
-        out[row.model] = WirePublication.model_validate(
-            {
-                "model": row.model,
-                "aliases": row.aliases or [],
-                "mappings": row.mappings or [],
-                "control_mode": row.control_mode,
-            }
-        )
-    return out
+    return {row.model: _publication_of(row) for row in rows.order_by("model")}
 
 
 def router_circuit_desire(authority: str):
@@ -199,6 +225,8 @@ def _write_publication(
     """Upsert one publication; `row`: its row as already read (None: none).
     A new row goes to `created` when given (the caller inserts them in one batch)."""
     data = pub.to_json()
+    # pub is what its stored form validates to (to_json names every field)
+    _remember(_stored(pub.model, data["aliases"], data["mappings"], data["control_mode"])[1], pub)
     if row is _UNREAD:
         row = Publication.objects.filter(authority=authority, model=pub.model).first()
     fields = {
