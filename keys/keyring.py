@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from router.core.ipnets import Network, parse_networks
 
@@ -115,6 +115,14 @@ def make_record(
 _GONE = None  # an overlay entry: the key is not in the keyring
 
 
+def _apply(base: dict[str, Any], over: Mapping[str, Any]) -> None:
+    for k, v in over.items():
+        if v is _GONE:
+            base.pop(k, None)
+        else:
+            base[k] = v
+
+
 class Keyring(Mapping[str, KeyRecord]):
     """sha256-hex → KeyRecord, immutable.
 
@@ -175,10 +183,11 @@ class Keyring(Mapping[str, KeyRecord]):
         return ring
 
     def _compact(self) -> None:
-        base = {h: r for h, r in self._base.items() if h not in self._over}
-        base.update((h, r) for h, r in self._over.items() if r is not None)
-        ids = {i: h for i, h in self._base_ids.items() if i not in self._over_ids}
-        ids.update((i, h) for i, h in self._over_ids.items() if h is not None)
+        # A copy of the base (one C loop) with the overlay applied: a filter
+        # of 100,000 entries in Python was ~10x the time.
+        base, ids = self._base.copy(), self._base_ids.copy()
+        _apply(base, self._over)
+        _apply(ids, self._over_ids)
         self._base, self._base_ids, self._over, self._over_ids = base, ids, {}, {}
 
     def layers(self) -> tuple[dict[str, KeyRecord | None], dict[str, KeyRecord]]:
