@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 
 from celery import shared_task
-from celery.signals import worker_shutdown
+from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings as django_settings
 from redis.exceptions import LockError, RedisError
 
@@ -221,6 +221,20 @@ _JOBS = {
     lifecycle.HEARTBEAT: (heartbeat, lambda s: max(1.0, s.heartbeat_period)),
     lifecycle.RECONCILE: (reconcile, lambda s: max(1.0, s.reconcile_interval)),
 }
+
+
+@worker_ready.connect
+def _tick_at_start(sender=None, **_kwargs) -> None:
+    """The first tick as soon as the worker consumes, not at beat's first
+    second: a first boot registers (and pulls) up to a second or two
+    earlier, beat still starting beside four other processes."""
+    hostname = getattr(sender, "hostname", None)
+    if not hostname:
+        return
+    try:
+        tick.apply_async(expires=5.0, queue=own_queue(str(hostname)))
+    except Exception:  # beat's tick follows anyway; never keep the worker from starting
+        log.warning("appproxy: the first tick could not be sent; beat's follows", exc_info=True)
 
 
 @worker_shutdown.connect
