@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import LockError
 
+from router import gcwork
 from router.revision import bump_revision, touch
 
 from . import lifecycle, router_metrics
@@ -182,16 +183,21 @@ def _heartbeat(settings: Any, client: CoordinatorClient, worker_id: str, node_id
 
 def _pull(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str) -> None:
     try:
-        if _is_router(settings):
-            router_pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
-        else:
-            pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
+        with gcwork.paused():  # a pull's objects all live until it ends (router.gcwork)
+            _pull_and_apply(settings, client, worker_id, node_id)
     except WorkerNotFound:
         _lost(settings.authority, node_id, worker_id)
     except CoordinatorError as exc:
         _failed(settings, "pull", exc, node_id)
     except LockError:
         log.warning("appproxy: reconcile lock busy; the next tick pulls")
+
+
+def _pull_and_apply(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str) -> None:
+    if _is_router(settings):
+        router_pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
+    else:
+        pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
 
 
 def heartbeat(settings: Any, *, boot_id: str) -> None:

@@ -3,9 +3,9 @@
 import os
 
 from celery import Celery
-from celery.signals import beat_init, celeryd_after_setup
+from celery.signals import beat_init, celeryd_after_setup, worker_ready
 
-from router import beat
+from router import beat, gcwork
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -50,3 +50,10 @@ def _own_queue(sender=None, instance=None, **kwargs) -> None:
 
     if sender and instance is not None:
         instance.app.amqp.queues.select_add(own_queue(str(sender)))
+
+
+@worker_ready.connect
+def _settle_gc(**_kwargs) -> None:
+    """What the worker set up lives as long as it: out of the collector's
+    reach, so a collection during a task walks only what the task made."""
+    gcwork.settle()
