@@ -39,6 +39,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from keys.coordinator import CoordinatorKey, clear_coordinator_keys, remove_coordinator_key, sync_coordinator_keys
+from router.bulk import insert_rows
 from router.core.backend import BackendSpec
 from router.revision import (
     BACKEND,
@@ -223,7 +224,8 @@ def _write_publication(
     authority: str, pub: WirePublication, revision: str = "", row: Any = _UNREAD, created: list | None = None
 ) -> bool:
     """Upsert one publication; `row`: its row as already read (None: none).
-    A new row goes to `created` when given (the caller inserts them in one batch)."""
+    A new row goes to `created` as its fields when given (the caller inserts
+    them in one batch)."""
     data = pub.to_json()
     # pub is what its stored form validates to (to_json names every field)
     _remember(_stored(pub.model, data["aliases"], data["mappings"], data["control_mode"])[1], pub)
@@ -235,9 +237,9 @@ def _write_publication(
         "control_mode": data["control_mode"],
     }
     if row is None:
-        new = Publication(authority=authority, model=pub.model, revision=revision, **fields)
+        new = {"authority": authority, "model": pub.model, "revision": revision, **fields}
         if created is None:
-            new.save(force_insert=True)
+            Publication.objects.create(**new)
         else:
             created.append(new)
         touch(PUBLICATION, pub.model)
@@ -267,7 +269,7 @@ def _sync_publications(authority: str, snap: RouterSnapshot) -> bool:
     created: list = []
     for pub in snap.publications:
         changed |= _write_publication(authority, pub, snap.revision or "", rows.get(pub.model), created)
-    Publication.objects.bulk_create(created, batch_size=1000)
+    insert_rows(Publication, created)  # plain rows: bulk_create compiled each value
     return changed
 
 
