@@ -394,8 +394,9 @@ class Bench:
         out = Path(self.args.profile)
         out.mkdir(parents=True, exist_ok=True)
         tag = f"{self.args.worker}-{'small-' if self.args.small else ''}{label}"
+        gil = ["--gil"] if self.args.profile_gil else []
         return [subprocess.Popen([str(spy_bin), "record", "-p", str(self.procs[name].pid), "-f", "raw", "-r", "250",
-                                  "-o", str(out / f"{tag}-{name}.txt")],
+                                  *gil, "-o", str(out / f"{tag}-{name}.txt")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for name in names or ("tasks",) if name in self.procs]
 
@@ -1364,6 +1365,8 @@ def run_child(args: argparse.Namespace, db: str, small: bool, out: Path, router:
         cmd.append("--keep")
     if args.profile:
         cmd += ["--profile", str(Path(args.profile).resolve())]
+        if args.profile_gil:
+            cmd.append("--profile-gil")
     what = ("ROUTER " if router else "YAML ") + ("small baseline" if small else f"scale {args.scale}")
     print(f"[scale] {db}: {what} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
@@ -1459,6 +1462,9 @@ def main() -> None:
     ap.add_argument("--log-level", default="WARNING", help="the node's ROUTER_LOG_LEVEL")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
     ap.add_argument("--profile", metavar="DIR", help="py-spy node processes through the cold-start, route-update and reconcile-pull rows (collapsed stacks in DIR)")
+    ap.add_argument("--profile-gil", action="store_true",
+                    help="with --profile: sample only the thread holding the GIL (a thread waiting for it, or in C "
+                         "code that released it, is not counted): Python's CPU, not the wall time of every thread")
     ap.add_argument("--worker", choices=["sqlite", "postgres"], help=argparse.SUPPRESS)
     ap.add_argument("--child-json", help=argparse.SUPPRESS)
     ap.add_argument("--basic", action="store_true", help=argparse.SUPPRESS)
