@@ -1,0 +1,29 @@
+"""router.bulk on a real PostgreSQL: rows go in as multi-row INSERTs there
+(psycopg's executemany sent one statement per row). Runs test_bulk.py's
+tests in a pytest of their own against a throwaway cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.services import OwnedPostgres
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bulk_rows_on_postgresql(tmp_path):
+    pg = OwnedPostgres().start()
+    try:
+        env = {**os.environ, "DATABASE_URL": pg.url, "ROUTER_VAR_DIR": str(tmp_path)}
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+             "tests/router/test_bulk.py"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        assert "[router.bulk on postgresql]" in out.stdout, out.stdout[-2000:]
+    finally:
+        pg.cleanup()
