@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import importlib.util
 import os
 import sys
@@ -33,6 +32,8 @@ from typing import Any
 import h11
 import orjson
 from uvicorn.protocols.http import h11_impl
+
+from router import gcwork
 
 DEFAULTS = {
     "ROUTER_MAX_HEADER_COUNT": 100,
@@ -104,8 +105,7 @@ def settle_gc() -> None:
     garbage, but every full collection used to walk all of them (Django,
     Ninja, pydantic, prometheus…) — ~100-250 ms a pass on the event loop,
     the router's whole latency tail (docs/performance.md)."""
-    gc.collect()
-    gc.freeze()
+    gcwork.settle()
 
 
 def share_the_interpreter() -> None:

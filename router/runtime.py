@@ -18,7 +18,6 @@ processes write once); after that the tasks process is the one writer
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 
@@ -26,7 +25,7 @@ import httpx
 import orjson
 from django.conf import settings
 
-from . import cluster, extensions, observe, tracing
+from . import cluster, extensions, gcwork, observe, tracing
 from .core.health import BackendState, StateTable
 from .core.selection import Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
@@ -66,8 +65,7 @@ def _freeze_heap() -> None:
     the collector only walks what requests allocate. Frozen objects are still
     freed by reference counting when a later snapshot drops them (snapshots
     hold no cycles); collecting first means no garbage is frozen."""
-    gc.collect()
-    gc.freeze()
+    gcwork.settle()
 
 
 def make_client() -> httpx.AsyncClient:
