@@ -79,10 +79,3 @@ def test_prepared_values_kept_between_rows_never_mix_rows_up():
         assert row.extra == ({"i": i} if i % 3 == 0 else {})
         assert row.updated_at == now
 
-
-def test_the_database_it_ran_on(capsys):
-    """Names the vendor in the output (test_bulk_postgres checks it ran there)."""
-    from django.db import connection
-
-    with capsys.disabled():
-        print(f" [router.bulk on {connection.vendor}]")
