@@ -1,6 +1,7 @@
-"""Many rows in one `executemany` (SQLite) or in multi-row INSERTs
-(PostgreSQL): a first pull at cluster size writes 20,000 backends and 20,000
-routes in one transaction.
+"""Many rows in one `executemany` (SQLite), or on PostgreSQL in one
+multi-row INSERT (up to one batch) or one `COPY … FROM STDIN` (more): a first
+pull at cluster size writes 20,000 backends and 20,000 routes in one
+transaction.
 
 `QuerySet.bulk_create` compiles every value of every row through the field
 machinery (placeholder, pre_save, get_db_prep_save, the SQL of each row's
@@ -17,6 +18,7 @@ while the rows are written.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -52,32 +54,26 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
         else:
             defaults.append(_REQUIRED)
     prep = [None if isinstance(f, _PLAIN) else f for f in fields]
-    ready = [d if d is _REQUIRED or p is None or d is None else p.get_db_prep_save(d, connection)
-             for p, d in zip(prep, defaults, strict=True)]
+    ready = [
+        d if d is _REQUIRED or p is None or d is None else p.get_db_prep_save(d, connection)
+        for p, d in zip(prep, defaults, strict=True)
+    ]
     quote = connection.ops.quote_name
-    head = "INSERT INTO {} ({}) VALUES ".format(
-        quote(model._meta.db_table), ", ".join(quote(f.column) for f in fields)
-    )
+    table = quote(model._meta.db_table)
+    columns = ", ".join(quote(f.column) for f in fields)
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    sql = head + one
-    # PostgreSQL: many rows per statement. psycopg's executemany sends one
-    # INSERT per row (pipelined, but each parsed, bound and executed on its
-    # own): a first pull's 45,000 rows were ~1.5 s of the server's CPU and
-    # the tasks process waiting on it. SQLite runs in this process, where
-    # executemany is already one prepared statement.
-    many = connection.vendor == "postgresql"
-    per = max(1, min(BATCH, _MAX_PARAMS // len(fields))) if many else BATCH
-    statements: dict[int, str] = {}
-
-    def flush(cursor: Any, batch: list[list[Any]]) -> None:
-        if not many:
-            cursor.executemany(sql, batch)
-            return
-        n = len(batch)
-        text = statements.get(n)
-        if text is None:
-            text = statements[n] = head + ", ".join([one] * n)
-        cursor.execute(text, [v for params in batch for v in params])
+    # PostgreSQL: psycopg's executemany sends one INSERT per row (pipelined,
+    # but each parsed, bound and executed on its own: a first pull's 45,000
+    # rows were ~1.5 s of the server's CPU). Up to one batch of rows goes in
+    # as one multi-row INSERT; more go in as one COPY: Django's client-side
+    # cursor re-parses a statement's text at every call (a regex over
+    # thousands of placeholders, past psycopg's cache of short queries) and
+    # quotes each value into it, two thirds of a first pull's writes, where
+    # COPY sends the rows as they are, formatted in C. SQLite runs in this
+    # process, where executemany is already one prepared statement.
+    postgres = connection.vendor == "postgresql"
+    per = max(1, min(BATCH, _MAX_PARAMS // len(fields))) if postgres else BATCH
+    copy: Any = None  # psycopg's Copy, once there were more rows than one batch
     # A prepared value is kept for the next rows: a value that is the same
     # object as the last one (one `now` for every row), and a list of names
     # seen before (a backend's models: 2,000 lists over 20,000 rows). Each
@@ -87,7 +83,7 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
     lists: dict[tuple[int, tuple[str, ...]], Any] = {}
     written = 0
     batch: list[list[Any]] = []
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, contextlib.ExitStack() as copying:
         for row in rows:
             params = []
             for i, (f, p) in enumerate(zip(fields, prep, strict=True)):
@@ -110,12 +106,31 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
                     last[i], last_ready[i] = value, prepared
                     params.append(prepared)
             batch.append(params)
-            if len(batch) >= per:
-                flush(cursor, batch)
+            if not postgres:
+                if len(batch) >= BATCH:
+                    cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES {one}", batch)
+                    written += len(batch)
+                    batch = []
+            elif copy is not None or len(batch) > per:
+                if copy is None:
+                    connection.validate_no_broken_transaction()
+                    copying.enter_context(connection.wrap_database_errors)  # psycopg's errors as Django's
+                    copy = copying.enter_context(cursor.copy(f"COPY {table} ({columns}) FROM STDIN"))
+                for params in batch:
+                    copy.write_row(params)
                 written += len(batch)
                 batch = []
         if batch:
-            flush(cursor, batch)
+            if not postgres:
+                cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES {one}", batch)
+            elif copy is not None:
+                for params in batch:
+                    copy.write_row(params)
+            else:
+                cursor.execute(
+                    f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([one] * len(batch)),
+                    [v for params in batch for v in params],
+                )
             written += len(batch)
     return written
 

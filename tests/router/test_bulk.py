@@ -79,3 +79,64 @@ def test_prepared_values_kept_between_rows_never_mix_rows_up():
         assert row.extra == ({"i": i} if i % 3 == 0 else {})
         assert row.updated_at == now
 
+
+
+AWKWARD = ["tab\there", "line\nbreak", "back\\slash", "\\N", "", "naïve ☃", "quote ' and \"", "cr\rlf", "comma,semi;"]
+
+
+def test_values_that_need_escaping_survive_many_batches():
+    """More rows than one batch: on PostgreSQL they go in as one COPY, whose
+    text format escapes tabs, newlines, backslashes and a literal ``\\N``;
+    None stays NULL and JSON keeps the same characters."""
+    n = BATCH * 2 + 5
+    with transaction.atomic():
+        written = insert_rows(
+            Backend,
+            (
+                {"name": f"esc-{i}", "source": Source.APPPROXY, "url": AWKWARD[i % len(AWKWARD)],
+                 "api_key": AWKWARD[(i + 1) % len(AWKWARD)], "models": [AWKWARD[i % len(AWKWARD)], f"m{i}"],
+                 "capacity": None if i % 2 else i, "connect_timeout": i / 8,
+                 "extra": {"k": AWKWARD[(i + 2) % len(AWKWARD)], "n": [i, None, True]}}
+                for i in range(n)
+            ),
+        )  # fmt: skip
+    assert written == n == Backend.objects.count()
+    for b in Backend.objects.all():
+        i = int(b.name.removeprefix("esc-"))
+        assert b.url == AWKWARD[i % len(AWKWARD)]
+        assert b.api_key == AWKWARD[(i + 1) % len(AWKWARD)]
+        assert b.models == [AWKWARD[i % len(AWKWARD)], f"m{i}"]
+        assert b.capacity == (None if i % 2 else i)
+        assert b.connect_timeout == i / 8
+        assert b.extra == {"k": AWKWARD[(i + 2) % len(AWKWARD)], "n": [i, None, True]}
+        assert (b.kind, b.weight, b.served_model) == ("openai_compat", 100, "")
+
+
+@pytest.mark.parametrize("n", [3, BATCH * 2 + 1])
+def test_a_rejected_row_is_a_django_error_and_writes_nothing(n):
+    """A duplicate name, in one statement or in a COPY of many batches, is
+    Django's IntegrityError (what callers catch), and the transaction holds
+    none of the rows."""
+    from django.db import IntegrityError
+
+    rows = [{"name": f"dup-{i}", "source": Source.APPPROXY, "url": "http://x"} for i in range(n)]
+    rows.append({"name": "dup-1", "source": Source.APPPROXY, "url": "http://y"})
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_rows(Backend, rows)
+    assert not Backend.objects.exists()
+    with transaction.atomic():  # the connection is usable again
+        assert insert_rows(Backend, rows[:-1]) == n
+    assert Backend.objects.count() == n
+
+
+def test_a_bad_row_after_many_batches_writes_nothing():
+    """A row the caller got wrong, found once a COPY is under way, ends it:
+    the error is the caller's, and no row of the call is kept."""
+    circuit = Circuit.objects.create(circuit_id="e" * 36)
+    rows = [{"circuit_id": circuit.pk, "kernel_port": 9000 + i, "route_id": f"r{i}"} for i in range(BATCH * 2)]
+    rows.append({"circuit_id": circuit.pk})
+    with pytest.raises(ValueError, match="kernel_port"), transaction.atomic():
+        insert_rows(Route, rows)
+    assert not Route.objects.exists()
+    with transaction.atomic():
+        assert insert_rows(Route, rows[:3]) == 3
