@@ -10,6 +10,9 @@ import time
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 from router import cluster
 from router.core.backend import BackendSpec
@@ -223,3 +226,61 @@ async def test_the_publisher_task_reports_the_live_runtime_and_withdraws_on_stop
     with pytest.raises(asyncio.CancelledError):
         await task
     assert (await asyncio.to_thread(cluster.cluster_state))["processes"] == []
+
+
+def _full_pass(rt: Runtime, mono: float, max_backends: int) -> tuple[list[dict], int, int]:
+    """What a record lists and counts by its definition: every backend of the
+    snapshot with its verdict (idle ones healthy), the unusable first, then by
+    name, capped; in-flight and healthy counted over all of them."""
+    rows, in_flight, healthy = [], 0, 0
+    for name in rt.snapshot.backends:
+        state = rt.states.peek(name) or cluster.BackendState()
+        word, retry_s = cluster.verdict(state, mono)
+        in_flight += state.in_flight
+        healthy += word == cluster.HEALTHY
+        ewma = None if state.ewma_ms is None else round(state.ewma_ms, 1)
+        rows.append({"n": name, "v": word, "b": state.breaker, "r": retry_s, "f": state.in_flight, "e": ewma})
+    if len(rows) > max_backends:
+        rows.sort(key=lambda r: (r["v"] not in cluster.UNHEALTHY, r["n"]))
+        rows = rows[:max_backends]
+    return rows, in_flight, healthy
+
+
+EVENTS = ("start", "ok", "fail", "cancel", "probe_ok", "probe_fail")
+
+
+@settings_h(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(0, 40),
+    cap=st.integers(1, 30),
+    events=st.lists(st.tuples(st.integers(0, 45), st.sampled_from(EVENTS)), max_size=120),
+    gone=st.sets(st.integers(0, 45), max_size=5),
+)
+def test_a_record_lists_and_counts_what_a_pass_over_every_backend_would(n, cap, events, gone):
+    """The record walks only the backends that have a state (its cost follows
+    them, not the cluster) and equals the definition: real BackendStates
+    driven by requests and probes, states of backends no longer in the
+    snapshot, listings above and below the cap, a snapshot swapped for
+    another with the same names."""
+    names = [f"b{i:03d}" for i in range(n)]
+    rt = runtime(1, *reversed(names))  # the snapshot's order is not the names' order
+    now = time.monotonic()
+    for i, what in events:
+        state = rt.states.get(f"b{i:03d}")  # i >= n: a state of a backend not in the snapshot
+        if what == "start":
+            state.on_start()
+        elif what == "ok":
+            state.on_success(5.0 + i, now)
+        elif what == "fail":
+            state.on_failure(now)
+        elif what == "cancel":
+            state.on_cancel()
+        else:
+            state.on_probe(what == "probe_ok", now)
+    for _ in range(2):
+        record = cluster.web_record(rt, revision_at=time.time(), mono=now + 1.0, max_backends=cap)
+        rows, in_flight, healthy = _full_pass(rt, now + 1.0, cap)
+        assert record["backends"] == rows
+        assert (record["in_flight"], record["backends_healthy"], record["backends_total"]) == (in_flight, healthy, n)
+        rt.install(snapshot(2, *(x for x in names if int(x[1:]) not in gone)), ready=True)
+        n = len(rt.snapshot.backends)
