@@ -701,13 +701,21 @@ class Bench:
                 except (aiohttp.ClientError, TimeoutError):
                     pass
 
+        # what web0 spends with no request at all (timers, notices, the
+        # other processes' heartbeats): a cost that grows with the cluster
+        # would show here, not in the requests
+        spies = self.spy("idle", "web0")
+        i0, t_idle = cpu_seconds(pid), time.perf_counter()
+        await asyncio.sleep(3.0)
+        idle_ms_per_s = (cpu_seconds(pid) - i0) * 1000 / (time.perf_counter() - t_idle)
+        self.unspy(spies)
         end = time.perf_counter() + 1.0
         await asyncio.gather(*(worker(end) for _ in range(conns)))  # warm up
         count = 0
-        c0 = cpu_seconds(pid)
-        end = time.perf_counter() + duration
+        c0, t0 = cpu_seconds(pid), time.perf_counter()
+        end = t0 + duration
         await asyncio.gather(*(worker(end) for _ in range(conns)))
-        c1 = cpu_seconds(pid)
+        c1, t1 = cpu_seconds(pid), time.perf_counter()
         models_lat: list[float] = []
         for _ in range(30):
             t = time.perf_counter()
@@ -715,6 +723,7 @@ class Bench:
                 models_lat.append(time.perf_counter() - t)
         self.results["cpu"] = {"requests": count, "connections": conns,
                                "cpu_ms_per_req": (c1 - c0) * 1000 / count if count else None,
+                               "idle_cpu_ms_per_s": idle_ms_per_s,
                                "models_p50_s": pct(models_lat, 0.5), "models_n": len(models_lat)}
 
     def rss(self, label: str) -> None:
@@ -1299,7 +1308,9 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
     scpu = (small or {}).get("cpu") or {}
     if cpu:
         out["cpu_req"] = (f"{cpu['cpu_ms_per_req']:.2f} ms" if cpu["cpu_ms_per_req"] else "n/a") + (
-            f" (small: {scpu['cpu_ms_per_req']:.2f})" if scpu.get("cpu_ms_per_req") else "")
+            f" (small: {scpu['cpu_ms_per_req']:.2f})" if scpu.get("cpu_ms_per_req") else "") + (
+            f"; idle {cpu['idle_cpu_ms_per_s']:.1f} ms/s" if cpu.get("idle_cpu_ms_per_s") is not None else "") + (
+            f" (small: {scpu['idle_cpu_ms_per_s']:.1f})" if scpu.get("idle_cpu_ms_per_s") is not None else "")
         out["models_p50"] = ms(cpu["models_p50_s"]) + " ms" + (
             f" (small: {ms(scpu['models_p50_s'])})" if scpu.get("models_p50_s") else "")
     else:
