@@ -39,6 +39,10 @@ DJANGO_CHECKED = ((5, 2), (6, 0))
 
 
 class LeanASGIHandler(ASGIHandler):
+    # A body already in memory goes to the server in one message up to this
+    # size (Django's 64 KiB cut a 2,000-model /v1/models list in three).
+    chunk_size = 1 << 20
+
     def load_middleware(self, is_async: bool = False) -> None:
         """The chain `BaseHandler.load_middleware` builds for an empty
         MIDDLEWARE, built for this handler alone: no middleware lists, the
@@ -75,6 +79,10 @@ class LeanASGIHandler(ASGIHandler):
 
         async def process_request() -> object:
             response = await self.run_get_response(request)
+            if not (response.streaming or response.status_code in (204, 304) or response.has_header("Content-Length")):
+                # What CommonMiddleware does on Django's full path: a length,
+                # not chunked framing, for a body that is already whole.
+                response.headers["Content-Length"] = str(len(response.content))
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:

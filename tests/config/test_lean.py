@@ -20,6 +20,7 @@ from django.core.handlers import asgi as django_asgi
 from django.core.handlers import base as django_base
 from django.core.handlers import exception as django_exception
 from django.test import override_settings
+from django.urls import path
 
 from config.lean import DJANGO_CHECKED, LeanASGIHandler
 
@@ -188,6 +189,61 @@ async def test_a_lean_request_runs_no_middleware_while_stock_django_keeps_it():
     status, headers, _ = await _get(stock, "/livez")
     # …and present on the stock one.
     assert status == 200 and headers[b"X-Frame-Options"] == b"DENY"
+
+
+def _big(request):
+    from django.http import HttpResponse
+
+    return HttpResponse(b"0123456789" * 20_000, content_type="application/json")
+
+
+def _streamed(request):
+    from django.http import StreamingHttpResponse
+
+    async def parts():
+        for i in range(3):
+            yield b"part %d\n" % i
+
+    return StreamingHttpResponse(parts())
+
+
+urlpatterns = [path("big", _big), path("streamed", _streamed)]
+
+
+async def _sent(app, path: str) -> list[dict]:
+    sent: list[dict] = []
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop(0)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(_scope(path), receive, send)
+    return sent
+
+
+@override_settings(ROOT_URLCONF=__name__)
+async def test_a_whole_body_goes_out_in_one_message_with_its_length():
+    """A 200 kB answer (a 2,000-model /v1/models list is ~150 kB) is one body
+    message with a Content-Length (the server frames nothing: no chunked
+    encoding), as Django's full path with CommonMiddleware would say it."""
+    start, *body = await _sent(LeanASGIHandler(), "/big")
+    assert start["status"] == 200
+    assert dict(start["headers"])[b"Content-Length"] == b"200000"
+    assert [len(m["body"]) for m in body] == [200_000] and not body[0].get("more_body")
+
+
+@override_settings(ROOT_URLCONF=__name__)
+async def test_a_streamed_body_has_no_length_and_goes_out_as_it_comes():
+    start, *body = await _sent(LeanASGIHandler(), "/streamed")
+    assert start["status"] == 200 and b"Content-Length" not in dict(start["headers"])
+    assert b"".join(m.get("body", b"") for m in body) == b"part 0\npart 1\npart 2\n"
+    assert len(body) == 4 and body[-1] == {"type": "http.response.body"}
 
 
 # -- the body as the lean handler reads it ------------------------------------
