@@ -717,14 +717,16 @@ class Bench:
         await asyncio.gather(*(worker(end) for _ in range(conns)))
         c1, t1 = cpu_seconds(pid), time.perf_counter()
         models_lat: list[float] = []
-        for _ in range(30):
+        m0 = cpu_seconds(pid)
+        for _ in range(200):
             t = time.perf_counter()
             if await self.get_status(s, port, "/v1/models", self.plain[0]) == 200:
                 models_lat.append(time.perf_counter() - t)
         self.results["cpu"] = {"requests": count, "connections": conns,
                                "cpu_ms_per_req": (c1 - c0) * 1000 / count if count else None,
                                "idle_cpu_ms_per_s": idle_ms_per_s,
-                               "models_p50_s": pct(models_lat, 0.5), "models_n": len(models_lat)}
+                               "models_p50_s": pct(models_lat, 0.5), "models_n": len(models_lat),
+                               "models_cpu_ms": (cpu_seconds(pid) - m0) * 1000 / max(1, len(models_lat))}
 
     def rss(self, label: str) -> None:
         self.results[label] = {f"web{i}": rss_mb(pid) for i, pid in enumerate(self.web_pids())}
