@@ -211,6 +211,11 @@ def test_state_table_creates_lazily_and_retains_only_named() -> None:
     assert "b" not in table and "a" in table and len(table) == 2
     assert table.get("a") is a
     assert table.peek("b") is None
+    # a snapshot's backends.keys(), as the runtime passes them; a generator too
+    table.retain({"c": object(), "x": object()}.keys())
+    assert "a" not in table and "c" in table and len(table) == 1
+    table.retain(n for n in ["zzz"])
+    assert len(table) == 0
 
 
 def test_state_table_set_policy_reaches_existing_states() -> None:
