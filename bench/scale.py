@@ -631,8 +631,10 @@ class Bench:
                 stop.set()
                 return None
 
+            spies = self.spy("loop", "web0", "tasks")
             during, applied = await asyncio.gather(self.request_loop(s, port, stop, self.args.step_budget + 5),
                                                    watcher())
+            self.unspy(spies)
             out, _ = await asyncio.to_thread(writer.communicate, None, 30)
             errors = [line for line in out.splitlines() if line.strip()]
         finally:
