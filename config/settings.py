@@ -141,6 +141,9 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("ROUTER_CELERY_QUEUE") or ROUTER_REDI
 # What `runnode` writes for the web processes to show (children, restarts).
 ROUTER_NODE_STATE_FILE = VAR_DIR / "node-state.json"
 ROUTER_POLL_SECONDS = float(os.environ.get("ROUTER_POLL_SECONDS", "2"))
+# A web process refreshes its snapshot at most once per this many ms: the
+# first change after a quiet spell applies at once, a burst in a few reloads.
+ROUTER_RELOAD_GAP_MS = max(0.0, float(os.environ.get("ROUTER_RELOAD_GAP_MS", "25")))
 # Watch the YAML file's mtime and apply edits without a restart: the tasks
 # process looks every ROUTER_CONFIG_POLL_SECONDS (0: only the 1 s beat tick).
 ROUTER_WATCH_CONFIG = os.environ.get("ROUTER_WATCH_CONFIG", "1") not in {"0", "false", "no"}

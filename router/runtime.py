@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 
 import httpx
@@ -102,6 +103,7 @@ class Runtime:
         self._tasks: list[asyncio.Task] = []
         self._started = False
         self._reload_lock = asyncio.Lock()
+        self._reloaded_at = -math.inf  # monotonic start of the last refresh
         self._config_error: str | None = None  # the refusal last reported
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_at = time.time()
@@ -181,6 +183,13 @@ class Runtime:
         the change log (a few rows read), or compiled from scratch when the log
         cannot say (router/selectors.py refresh_snapshot)."""
         async with self._reload_lock:
+            # At most one refresh per ROUTER_RELOAD_GAP_MS: a burst of commits
+            # is read in one refresh instead of one each (each one a few ms
+            # of this process's interpreter, taken from the requests in flight).
+            wait = self._reloaded_at + settings.ROUTER_RELOAD_GAP_MS / 1000 - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._reloaded_at = time.monotonic()
             compiled = REFRESHES["compiled"]
             snap = await _in_thread(refresh_snapshot, self.snapshot)
             if snap is not self.snapshot:
