@@ -1476,7 +1476,7 @@ def main() -> None:
     ap.add_argument("--ack-timeout", type=float, default=3.0, help="the fake coordinator's ack wait (s)")
     ap.add_argument("--log-level", default="WARNING", help="the node's ROUTER_LOG_LEVEL")
     ap.add_argument("--keep", action="store_true", help="keep the temp dirs (logs)")
-    ap.add_argument("--profile", metavar="DIR", help="py-spy node processes through the cold-start, route-update and reconcile-pull rows (collapsed stacks in DIR)")
+    ap.add_argument("--profile", metavar="DIR", help="py-spy node processes through the cold-start, route-update and reconcile-pull rows, row 6's idle window and row 3's burst (collapsed stacks in DIR)")
     ap.add_argument("--profile-gil", action="store_true",
                     help="with --profile: sample only the thread holding the GIL (a thread waiting for it, or in C "
                          "code that released it, is not counted): Python's CPU, not the wall time of every thread")
