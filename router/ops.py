@@ -23,10 +23,13 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from . import extensions
+from .core.health import BackendState
 from .nodestate import node_health
 from .observe import MULTIPROC, refresh_in_flight
 from .runtime import get_runtime
 from .selectors import REFRESHES
+
+_IDLE = BackendState()  # what /status shows for a backend no request or probe has touched
 
 
 def _json(obj: dict, status: int = 200) -> HttpResponse:
@@ -152,11 +155,14 @@ async def status(request: HttpRequest) -> HttpResponse:
                 "kind": spec.kind,
                 "models": list(spec.models),
                 "weight": spec.weight,
-                "healthy": rt.states.get(spec.name).usable(now),
-                "in_flight": rt.states.get(spec.name).in_flight,
-                "ewma_ms": rt.states.get(spec.name).ewma_ms,
+                "healthy": state.usable(now),
+                "in_flight": state.in_flight,
+                "ewma_ms": state.ewma_ms,
             }
             for spec in snap.backends.values()
+            # read, never created: a backend nothing touched is idle (a state
+            # made here for each of 20,000 backends stayed for the process's life)
+            for state in (rt.states.peek(spec.name) or _IDLE,)
         ],
         "last_error": rt.last_error,
         "node": node_health(),

@@ -324,7 +324,7 @@ class Runtime:
         for name, value in data.items():
             key = name.decode() if isinstance(name, bytes) else name
             if key in self.snapshot.backends:
-                self.states.get(key).probe_healthy = value == b"1"
+                self._probed(key, value == b"1")
 
     def _apply_health(self, data: bytes | None) -> None:
         """A probe round's results: {"name": true|false, ...}."""
@@ -334,7 +334,17 @@ class Runtime:
             return
         for name, ok in results.items():
             if name in self.snapshot.backends:
-                self.states.get(name).probe_healthy = bool(ok)
+                self._probed(name, bool(ok))
+
+    def _probed(self, name: str, ok: bool) -> None:
+        """A probe's verdict; a healthy one for a backend without a state is
+        what a new state says already, so none is made for it (20,000 probed
+        backends are not 20,000 states held)."""
+        state = self.states.peek(name)
+        if state is not None:
+            state.probe_healthy = ok
+        elif not ok:
+            self.states.get(name).probe_healthy = False
 
     async def _poll(self) -> None:
         last_db_check = 0.0

@@ -42,3 +42,30 @@ def test_without_a_configured_token_no_bearer_opens_status(openai_backends, rout
     router = router_factory(CONFIG.format(url=a.url), env={"ROUTER_STATUS_TOKEN": ""})
     for value in ("Bearer", "Bearer x"):
         assert httpx.get(router.url + "/status", headers={"authorization": value}, timeout=5).status_code == 401
+
+
+def test_reading_status_makes_no_backend_state(openai_backends, router_factory):
+    """/status reads each backend's state and shows an untouched one as idle
+    and healthy; it never makes one (a state made per backend per read stayed
+    for the process's life: ~45 MB at 20,000 backends, and every later walk
+    over the states walked them all). The states a process holds are what
+    /metrics' in-flight gauge lists."""
+    a, b = openai_backends("a", "b")
+    router = router_factory(
+        f"backends:\n  - {{name: one, url: '{a.url}', models: [m1]}}\n  - {{name: two, url: '{b.url}', models: [m2]}}\n"
+    )
+
+    def gauged() -> set[str]:
+        text = httpx.get(router.url + "/metrics", headers=router.status_headers, timeout=5).text
+        return {n for n in ("one", "two") if f'router_backend_in_flight{{backend="{n}"}}' in text}
+
+    for _ in range(3):
+        body = router.status()
+    assert {(x["name"], x["healthy"], x["in_flight"], x["ewma_ms"]) for x in body["backends"]} == {
+        ("one", True, 0, None), ("two", True, 0, None)}  # fmt: skip
+    assert gauged() == set()
+    chat = {"model": "m1", "messages": [{"role": "user", "content": "x"}]}
+    assert httpx.post(router.url + "/v1/chat/completions", json=chat, timeout=5).status_code == 200
+    assert gauged() == {"one"}  # a request made its backend's state, and only that one
+    shown = {x["name"]: x for x in router.status()["backends"]}
+    assert shown["one"]["ewma_ms"] is not None and shown["two"]["ewma_ms"] is None
