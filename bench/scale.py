@@ -828,6 +828,8 @@ class Bench:
         except Exception as exc:
             self.results.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
         self.results.setdefault("step_s", {})[name] = time.perf_counter() - t0
+        with contextlib.suppress(Exception):  # where row 7's growth happened
+            self.results.setdefault("rss_steps", {})[name] = [rss_mb(pid) for pid in self.web_pids()]
 
 
 class RouterBench(Bench):
