@@ -714,10 +714,10 @@ class Bench:
         end = time.perf_counter() + 1.0
         await asyncio.gather(*(worker(end) for _ in range(conns)))  # warm up
         count = 0
-        c0, t0 = cpu_seconds(pid), time.perf_counter()
-        end = t0 + duration
+        c0 = cpu_seconds(pid)
+        end = time.perf_counter() + duration
         await asyncio.gather(*(worker(end) for _ in range(conns)))
-        c1, t1 = cpu_seconds(pid), time.perf_counter()
+        c1 = cpu_seconds(pid)
         models_lat: list[float] = []
         m0 = cpu_seconds(pid)
         for _ in range(200):
