@@ -158,7 +158,8 @@ def _scope(path: str) -> dict:
     }
 
 
-async def _get(app, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
+async def _sent(app, path: str) -> list[dict]:
+    """Every message `app` sent for a GET of `path`."""
     sent: list[dict] = []
     messages = [{"type": "http.request", "body": b"", "more_body": False}]
 
@@ -173,9 +174,12 @@ async def _get(app, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
         sent.append(message)
 
     await app(_scope(path), receive, send)
-    start = sent[0]
-    body = b"".join(m.get("body", b"") for m in sent[1:])
-    return start["status"], dict(start["headers"]), body
+    return sent
+
+
+async def _get(app, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
+    start, *rest = await _sent(app, path)
+    return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in rest)
 
 
 async def test_a_lean_request_runs_no_middleware_while_stock_django_keeps_it():
@@ -208,23 +212,6 @@ def _streamed(request):
 
 
 urlpatterns = [path("big", _big), path("streamed", _streamed)]
-
-
-async def _sent(app, path: str) -> list[dict]:
-    sent: list[dict] = []
-    messages = [{"type": "http.request", "body": b"", "more_body": False}]
-
-    async def receive() -> dict:
-        if messages:
-            return messages.pop(0)
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    await app(_scope(path), receive, send)
-    return sent
 
 
 @override_settings(ROOT_URLCONF=__name__)
