@@ -62,6 +62,7 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
     table = quote(model._meta.db_table)
     columns = ", ".join(quote(f.column) for f in fields)
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    insert = f"INSERT INTO {table} ({columns}) VALUES "
     # PostgreSQL: psycopg's executemany sends one INSERT per row (pipelined,
     # but each parsed, bound and executed on its own: a first pull's 45,000
     # rows were ~1.5 s of the server's CPU). Up to one batch of rows goes in
@@ -108,7 +109,7 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
             batch.append(params)
             if not postgres:
                 if len(batch) >= BATCH:
-                    cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES {one}", batch)
+                    cursor.executemany(insert + one, batch)
                     written += len(batch)
                     batch = []
             elif copy is not None or len(batch) > per:
@@ -122,13 +123,13 @@ def insert_rows(model: type[models.Model], rows: Iterable[Mapping[str, Any]]) ->
                 batch = []
         if batch:
             if not postgres:
-                cursor.executemany(f"INSERT INTO {table} ({columns}) VALUES {one}", batch)
+                cursor.executemany(insert + one, batch)
             elif copy is not None:
                 for params in batch:
                     copy.write_row(params)
             else:
                 cursor.execute(
-                    f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([one] * len(batch)),
+                    insert + ", ".join([one] * len(batch)),
                     [v for params in batch for v in params],
                 )
             written += len(batch)

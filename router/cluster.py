@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
-from .core.health import BackendState
+from .core.health import IDLE, BackendState
 from .redis import async_client, sync_client
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,6 @@ MAX_PROCESSES = 200
 # Verdicts (the dashboard's Backends page uses the same four words).
 HEALTHY, TRIAL, BREAKER_OPEN, PROBE_FAILING = "healthy", "trial", "breaker_open", "probe_failing"
 UNHEALTHY = frozenset({BREAKER_OPEN, PROBE_FAILING})
-_IDLE = BackendState()  # a backend no request has touched yet
 
 
 def index_key() -> str:
@@ -154,7 +153,7 @@ def web_record(
 
 
 def _row(name: str, known: tuple[BackendState, str, float | None] | None) -> dict[str, Any]:
-    state, word, retry_s = known if known is not None else (_IDLE, HEALTHY, None)
+    state, word, retry_s = known if known is not None else (IDLE, HEALTHY, None)
     ewma = None if state.ewma_ms is None else round(state.ewma_ms, 1)
     return {"n": name, "v": word, "b": state.breaker, "r": retry_s, "f": state.in_flight, "e": ewma}
 

@@ -23,13 +23,11 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from . import extensions
-from .core.health import BackendState
+from .core.health import IDLE
 from .nodestate import node_health
 from .observe import MULTIPROC, refresh_in_flight
 from .runtime import get_runtime
 from .selectors import REFRESHES
-
-_IDLE = BackendState()  # what /status shows for a backend no request or probe has touched
 
 
 def _json(obj: dict, status: int = 200) -> HttpResponse:
@@ -162,7 +160,7 @@ async def status(request: HttpRequest) -> HttpResponse:
             for spec in snap.backends.values()
             # read, never created: a backend nothing touched is idle (a state
             # made here for each of 20,000 backends stayed for the process's life)
-            for state in (rt.states.peek(spec.name) or _IDLE,)
+            for state in (rt.states.peek(spec.name) or IDLE,)
         ],
         "last_error": rt.last_error,
         "node": node_health(),

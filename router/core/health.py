@@ -165,6 +165,11 @@ class BackendState:
                 self.probe_healthy = False
 
 
+# What a reader shows for a backend no request or probe has touched (it has
+# no state, and reading one must not make one): read only, never mutated.
+IDLE = BackendState()
+
+
 class StateTable:
     """name -> BackendState for one process; states outlive snapshot swaps."""
 
