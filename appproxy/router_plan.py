@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from router.core.backend import BackendSpec
 
@@ -40,6 +41,7 @@ from .wire import Circuit
 
 __all__ = [
     "EndpointIndex",
+    "MirrorSummary",
     "RouterPlan",
     "composed_weight",
     "desired",
@@ -48,6 +50,7 @@ __all__ = [
     "reindexed",
     "round_half_up",
     "sanitize",
+    "summarize",
 ]
 
 
@@ -220,4 +223,66 @@ def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) ->
         pending_circuits=tuple(sorted(planned.pending_circuits)),
         pending_publications=tuple(pending_pubs),
         drained=tuple(sorted(planned.drained)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorSummary:
+    """What ``desired`` says besides its backends, counted from stored
+    columns instead of parsed circuits (``summarize``)."""
+
+    pending_circuits: tuple[str, ...]
+    pending_publications: tuple[str, ...]
+    drained: int  # len(desired(...).drained)
+
+
+def summarize(
+    publications: Iterable[tuple[str, Any]],
+    circuits: Iterable[tuple[Any, str, str, str]],
+    routes: Iterable[tuple[Any, Any]],
+) -> MirrorSummary:
+    """The pending circuits and publications and the drained routes of
+    ``desired``, by the same rule, from what the mirror stores of them:
+    `publications` as (model, stored mappings), `circuits` as (key,
+    circuit_id, endpoint_id, app_mode), `routes` as (their circuit's key,
+    traffic_ratio).
+
+    Nothing here parses a circuit or builds a backend: /status at cluster
+    size (5,000 circuits, 20,000 routes) read every circuit's JSON and
+    built the 20,000 backends a web process already routes to, ~0.4 s of
+    its interpreter per read and ~45 MB of RSS it kept."""
+    ratio_of: dict[str, float] = {}
+    mapped_by: list[tuple[str, list[str]]] = []
+    for model, mappings in publications:
+        eps = []
+        for m in mappings or ():
+            ep = m.get("endpoint_id") if isinstance(m, dict) else None
+            if isinstance(ep, str) and ep:
+                ratio_of[ep] = max(ratio_of.get(ep, 0.0), sanitize(m.get("ratio", 1.0)))
+                eps.append(ep)
+        mapped_by.append((model, eps))
+    endpoint_of: dict[Any, str] = {}
+    pending: list[str] = []
+    for key, cid, ep, app_mode in circuits:
+        if app_mode != "inference" or not ep:
+            continue
+        ep = ep.lower()
+        if ep in ratio_of:
+            endpoint_of[key] = ep
+        else:
+            pending.append(cid)
+    served: set[str] = set()
+    drained = 0
+    for key, traffic_ratio in routes:
+        ep = endpoint_of.get(key)
+        if ep is None:
+            continue
+        if composed_weight(ratio_of[ep], traffic_ratio) is None:
+            drained += 1
+        else:
+            served.add(ep)
+    return MirrorSummary(
+        pending_circuits=tuple(sorted(pending)),
+        pending_publications=tuple(sorted(model for model, eps in mapped_by if not any(ep in served for ep in eps))),
+        drained=drained,
     )

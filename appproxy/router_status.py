@@ -24,13 +24,14 @@ from keys.coordinator import coordinator_key_count
 from router.core.snapshot import Snapshot
 
 from . import node
-from .models import EventRecord, Publication, WorkerState
+from .models import Circuit, EventRecord, Publication, Route, WorkerState
+from .plan import SOURCE
 from .router_config import RouterSettings, parse_router_section
-from .router_services import current_plan
+from .router_plan import MirrorSummary, summarize
 from .status import LiveFacts
 from .subscriber import subscriber_alive
 
-__all__ = ["compile_listed", "compile_mode", "compile_worker", "readiness", "router_status"]
+__all__ = ["compile_listed", "compile_mode", "compile_worker", "mirror_summary", "readiness", "router_status"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +100,26 @@ _facts = LiveFacts("appproxy-router-status")
 _cache = _facts.cache
 
 
-def _live(authority: str, node_id: str) -> dict[str, Any]:
+def mirror_summary(authority: str) -> MirrorSummary:
+    """What the mirror's plan has pending or drained, from stored columns."""
+    return summarize(
+        Publication.objects.filter(authority=authority).values_list("model", "mappings").iterator(),
+        Circuit.objects.values_list("pk", "circuit_id", "endpoint_id", "app_mode").order_by().iterator(),
+        Route.objects.values_list("circuit_id", "traffic_ratio").order_by().iterator(chunk_size=2000),
+    )
+
+
+def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
+    """The mirror as /status tells it. The backends (and their weights) and
+    the published names are those of the snapshot this process routes with;
+    what is pending or drained is counted from the mirror's columns
+    (router_plan.summarize): no circuit is parsed, no backend built."""
     close_old_connections()
     try:
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first() if node_id else None
         row = row.with_unchanged_pulls() if row is not None else None
-        plan = current_plan(authority)
+        summary = mirror_summary(authority)
+        weights = {name: spec.weight for name, spec in sorted(snap.backends.items()) if spec.source == SOURCE}
         nodes = list(WorkerState.objects.filter(authority=authority).values("node_id", "status", "last_heartbeat_at"))
         events = [
             {
@@ -121,12 +136,12 @@ def _live(authority: str, node_id: str) -> dict[str, Any]:
             "events_subscriber": subscriber_alive(authority),
             "publications": Publication.objects.filter(authority=authority).count(),
             "coordinator_keys": coordinator_key_count(),
-            "backends": len(plan.backends),
-            "backend_weights": {name: spec.weight for name, spec in plan.backends.items()},
-            "published_names": list(plan.published),
-            "pending_circuits": list(plan.pending_circuits),
-            "pending_publications": list(plan.pending_publications),
-            "drained_routes": len(plan.drained),
+            "backends": len(weights),
+            "backend_weights": weights,
+            "published_names": sorted(set(snap.listed)),
+            "pending_circuits": list(summary.pending_circuits),
+            "pending_publications": list(summary.pending_publications),
+            "drained_routes": summary.drained,
             "nodes_in_db": [
                 {"node_id": n["node_id"], "status": n["status"], "last_heartbeat_at": _iso(n["last_heartbeat_at"])}
                 for n in nodes
@@ -166,5 +181,7 @@ def router_status(snap: Snapshot) -> dict[str, Any]:
         "revision": facts.revision or None,
         "api_keys_mode": snap.api_keys_mode,
     }
-    body.update(_facts.get((facts.authority, facts.node_id), _live, facts.authority, facts.node_id))
+    body.update(
+        _facts.get((facts.authority, facts.node_id, snap.revision), _live, facts.authority, facts.node_id, snap)
+    )
     return body

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appproxy.router_plan import composed_weight, desired, round_half_up, sanitize
+from appproxy.router_plan import composed_weight, desired, round_half_up, sanitize, summarize
 from appproxy.router_wire import Publication
 from appproxy.wire import Circuit
 
@@ -219,7 +219,11 @@ def _world(draw):
         ]
         circuits.append(
             Circuit.model_validate(
-                {"id": str(uuid.UUID(int=9000 + index)), "endpoint_id": draw(st.sampled_from(endpoints)), "route_info": routes}
+                {
+                    "id": str(uuid.UUID(int=9000 + index)),
+                    "endpoint_id": draw(st.sampled_from(endpoints)),
+                    "route_info": routes,
+                }
             )
         )
     pubs = []
@@ -249,6 +253,35 @@ def test_the_plan_is_order_independent_and_complete(world, rnd):
         expected = {n for p in pubs if any(m.endpoint_id == endpoint for m in p.mappings) for n in p.names}
         assert set(spec.models) == expected
     assert set(plan.published) == {n for p in pubs for n in p.names}
+
+
+@given(_world(), st.lists(st.sampled_from(["chat", None, "ep"]), max_size=3), st.randoms())
+def test_the_summary_from_stored_columns_says_what_the_plan_says(world, extra, rnd):
+    """/status counts pending and drained from the mirror's columns
+    (summarize): the same answer as the plan of the parsed circuits."""
+    circuits, pubs = world
+    for i, kind in enumerate(extra):  # not inference, or with no endpoint: ignored by both
+        ep = str(uuid.UUID(int=1)) if kind != "ep" else None
+        circuits.append(
+            Circuit.model_validate(
+                {
+                    "id": str(uuid.UUID(int=7000 + i)),
+                    "app_mode": "interactive" if kind == "chat" else "inference",
+                    "endpoint_id": ep,
+                    "route_info": [route(7000 + i)],
+                }
+            )
+        )
+    plan = desired(circuits, pubs)
+    stored_pubs = [(p.model, p.to_json()["mappings"]) for p in pubs]
+    columns = [(i, str(c.id), str(c.endpoint_id or ""), c.app_mode) for i, c in enumerate(circuits)]
+    routes = [(i, r.traffic_ratio) for i, c in enumerate(circuits) for r in c.route_info]
+    for rows in (stored_pubs, columns, routes):
+        rnd.shuffle(rows)
+    summary = summarize(stored_pubs, columns, routes)
+    assert summary.pending_circuits == plan.pending_circuits
+    assert summary.pending_publications == plan.pending_publications
+    assert summary.drained == len(plan.drained)
 
 
 def vars_of(spec) -> dict:

@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from appproxy import router_services
+from appproxy import router_services, router_status
+from appproxy.router_plan import MirrorSummary
 from appproxy.router_wire import Publication as WirePublication
 from appproxy.services import apply_locked, reconcile_lock
 from appproxy.wire import Circuit as WireCircuit
@@ -291,15 +292,17 @@ class Changes(RuleBasedStateMachine):
     def the_mirror_is_what_a_full_reconcile_would_make(self) -> None:
         """Circuit events are planned for their circuits only; the result must
         be the backends a plan of the whole mirror calls for."""
-        wanted = {
-            name: (spec.url, spec.kind, tuple(spec.models), spec.weight)
-            for name, spec in router_services.current_plan(AUTHORITY).backends.items()
-        }
+        plan = router_services.current_plan(AUTHORITY)
+        wanted = {name: (spec.url, spec.kind, tuple(spec.models), spec.weight) for name, spec in plan.backends.items()}
         have = {
             row.name: (row.url, row.kind, tuple(row.models), row.weight)
             for row in Backend.objects.filter(source=Source.APPPROXY)
         }
         assert have == wanted
+        # What /status counts from the stored columns is what the plan says.
+        assert router_status.mirror_summary(AUTHORITY) == MirrorSummary(
+            plan.pending_circuits, plan.pending_publications, len(plan.drained)
+        )
 
     def teardown(self) -> None:
         self.path.unlink(missing_ok=True)
