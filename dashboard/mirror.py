@@ -23,7 +23,7 @@ from django.utils import timezone
 from keys.coordinator import coordinator_key_count
 from router.core.backend import masked_url
 
-from .selectors import iso
+from .selectors import iso, shown
 
 LIMIT = 100
 
@@ -190,6 +190,10 @@ def event_rows(limit: int = LIMIT) -> list[dict[str, Any]] | None:
 # -- ROUTER mode (seed §9): publications and the router worker -------------------
 ROUTER_EVENT_PREFIX = "appproxy_router_"
 ROUTER_EVENTS_SHOWN = 20
+# Publications the table renders (and live.json sends every 2 s): 2,000 of
+# them with their 20,000 backends were 3.8 MB of HTML and ~2 s of the web
+# process's interpreter per refresh.
+PUBLICATIONS_SHOWN = 200
 HOW_TO_ENABLE = (
     "Set appproxy_router.enabled: true in the router YAML, with coordinator_url, "
     "api_secret (as ${ENV_VAR}), authority and hostname (see docs/appproxy.md)."
@@ -336,13 +340,23 @@ def publications_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
         "enabled": True,
         "authority": s.authority,
         "plan_error": reading.get("plan_error"),
-        "items": [publication_row(p, by_name, pending, here) for p in pubs],
+        **_items(
+            shown(
+                [publication_row(p, by_name, pending, here) for p in pubs],
+                PUBLICATIONS_SHOWN,
+                lambda row: row["state"] != "serving",
+            )
+        ),
         "published": list(plan.published),
         "pending_circuits": pending_circuits,
         "pending_publications": list(plan.pending_publications),
         "drained": list(plan.drained),
         "backends": len(plan.backends),
     }
+
+
+def _items(capped: dict[str, Any]) -> dict[str, Any]:
+    return {"items": capped["rows"], "items_hidden": capped["hidden"], "items_total": capped["total"]}
 
 
 def router_event_rows(limit: int = ROUTER_EVENTS_SHOWN) -> list[dict[str, Any]]:

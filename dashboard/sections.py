@@ -60,7 +60,7 @@ SECTIONS: dict[str, Section] = {
     for s in (
         Section("node", "Node", lambda r: selectors.node_facts(r.rt, r.view, r.backends)),
         Section("workers", "AppProxy worker", lambda r: mirror.worker_rows()),
-        Section("backends", "Backends", lambda r: r.backends),
+        Section("backends", "Backends", lambda r: selectors.backends_shown(r.backends)),
         Section(
             "models",
             "Models and aliases",

@@ -224,7 +224,7 @@ def test_live_json_has_every_section_with_data_and_html(staff, mirror, observati
     assert node["strategy"] == "least_latency" and node["api_keys_mode"] == "blocking"
     assert node["backends_total"] == 4
 
-    backend = body["sections"]["backends"]["data"][0]
+    backend = body["sections"]["backends"]["data"]["rows"][0]
     assert set(backend) == {
         "name",
         "source",
@@ -291,7 +291,7 @@ def test_a_serving_process_shows_its_live_backend_states(staff, mirror, live_run
     node = body["sections"]["node"]["data"]
     assert node["snapshot_source"] == "live" and node["ready"] is True
     assert node["revision"] == node["db_revision"] == current_revision()
-    rows = {b["name"]: b for b in body["sections"]["backends"]["data"]}
+    rows = {b["name"]: b for b in body["sections"]["backends"]["data"]["rows"]}
     assert rows["vllm-a"]["in_flight"] == 1 and rows["vllm-a"]["ewma_ms"] == 120.0
     assert rows["vllm-a"]["requests"] == 2 and rows["vllm-a"]["healthy"] is True
     assert rows["cloud-c"]["breaker"] == "open" and rows["cloud-c"]["healthy"] is False
@@ -307,6 +307,36 @@ def test_a_serving_process_shows_its_live_backend_states(staff, mirror, live_run
     # The open breaker says when its next trial is, in the Breaker column too.
     trial = re.search(r'data-next-trial="([0-9.]+)">next trial in ', html)
     assert trial and 0 < float(trial.group(1)) <= cloud.policy.max_cooldown_s
+
+
+def test_past_the_cap_the_backends_section_keeps_every_row_that_needs_attention(
+    staff, mirror, live_runtime, monkeypatch
+):
+    """At cluster size the table is capped (selectors.BACKENDS_SHOWN); the
+    rows left out are only healthy, idle ones that never failed."""
+    from dashboard import selectors as dash_selectors
+
+    rt = live_runtime()
+    rt.states.get("vllm-a").on_start()
+    rt.states.get("ollama-b").probe_healthy = False
+    every = [
+        b["name"]
+        for b in orjson.loads(staff.get("/dashboard/live.json?sections=backends").content)["sections"]["backends"][
+            "data"
+        ]["rows"]
+    ]
+    assert len(every) == 4 and {"vllm-a", "ollama-b"} <= set(every)
+
+    monkeypatch.setattr(dash_selectors, "BACKENDS_SHOWN", 2)
+    data = orjson.loads(staff.get("/dashboard/live.json?sections=backends").content)["sections"]["backends"]
+    assert [b["name"] for b in data["data"]["rows"]] == [n for n in every if n in ("vllm-a", "ollama-b")]
+    assert (data["data"]["hidden"], data["data"]["total"]) == (2, 4)
+    assert "2 more of 4 backends not shown" in data["html"]
+
+    monkeypatch.setattr(dash_selectors, "BACKENDS_SHOWN", 3)  # room for one idle row, in table order
+    rows = orjson.loads(staff.get("/dashboard/live.json?sections=backends").content)["sections"]["backends"]["data"]
+    idle = [n for n in every if n not in ("vllm-a", "ollama-b")]
+    assert [b["name"] for b in rows["rows"]] == [n for n in every if n in ("vllm-a", "ollama-b", idle[0])]
 
 
 def test_the_dashboard_never_creates_runtime_states(staff, mirror, live_runtime):
@@ -393,10 +423,19 @@ def test_circuits_and_events_say_appproxy_mode_is_off_and_how_to_turn_it_on(staf
 
 
 def test_the_appproxy_off_notice_is_gone_once_a_mode_is_enabled(staff):
-    _document({"appproxy": {
-        "enabled": True, "coordinator_url": "http://127.0.0.1:9", "api_secret": "s", "jwt_secret": "j",
-        "authority": "worker-1", "hostname": "127.0.0.1", "wildcard_domain": "models.example.com",
-    }})
+    _document(
+        {
+            "appproxy": {
+                "enabled": True,
+                "coordinator_url": "http://127.0.0.1:9",
+                "api_secret": "s",
+                "jwt_secret": "j",
+                "authority": "worker-1",
+                "hostname": "127.0.0.1",
+                "wildcard_domain": "models.example.com",
+            }
+        }
+    )
     page = staff.get("/dashboard/circuits/").content.decode()
     assert 'id="appproxy-off"' not in page
 

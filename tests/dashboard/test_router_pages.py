@@ -244,6 +244,17 @@ def test_publications_list_names_aliases_mappings_and_their_backends(staff, popu
     assert data["backends"] == 2
 
 
+def test_past_the_cap_every_publication_not_serving_is_still_listed(staff, populated, monkeypatch):
+    from dashboard import mirror
+
+    monkeypatch.setattr(mirror, "PUBLICATIONS_SHOWN", 2)
+    resp = staff.get("/dashboard/publications/")
+    data = resp.context["sections"]["publications"]["data"]
+    assert [p["model"] for p in data["items"]] == ["empty-model", "qwen-coder"]
+    assert (data["items_hidden"], data["items_total"]) == (1, 3)
+    assert "1 more of 3 publications not shown: all serving" in resp.content.decode()
+
+
 def test_the_publications_page_shows_it_all(staff, populated):
     page = staff.get("/dashboard/publications/").content.decode()
     for text in (
