@@ -58,6 +58,28 @@ def used(db):
     return {"a": a, "b": b, "plaintext": plaintext}
 
 
+def test_past_the_cap_the_keys_used_today_are_listed_first(staff, used, monkeypatch):
+    """At 100,000 keys the table is capped (selectors.KEYS_SHOWN): the keys
+    used in the last 24 hours first, then the table's order."""
+    from dashboard import selectors as dash_selectors
+
+    for name in ("aa-idle", "ab-idle", "ac-idle"):  # before team-a in the table's order
+        key_create(name=name)
+    monkeypatch.setattr(dash_selectors, "KEYS_SHOWN", 3)
+    live = staff.get("/dashboard/live.json?sections=keys").json()["sections"]["keys"]
+    data = live["data"]
+    # Both used keys, then the first idle one, each in the table's order
+    # (source, name): coordinator before operator.
+    assert [k["ref"] for k in data["rows"]] == [
+        "coordinator:org/b-1",
+        f"operator:{ApiKey.objects.get(name='aa-idle').pk}",
+        f"operator:{used['a'].pk}",
+    ]
+    assert data["rows"][2]["requests_24h"] == 4 and data["rows"][2]["last_used_at"] is not None
+    assert (data["hidden"], data["total"]) == (2, 5)
+    assert "2 more of 5 keys not shown" in live["html"]
+
+
 def detail_url(key: ApiKey) -> str:
     return f"/dashboard/keys/{record_id(key)}/"
 
@@ -92,7 +114,7 @@ def test_keys_page_shows_24h_usage_columns_and_top_users(staff, used):
     assert "&quot;http://evil&quot;" in top  # the name is escaped, not markup
     live = staff.get("/dashboard/live.json?sections=top_keys,keys").json()["sections"]
     assert live["top_keys"]["data"]["total_requests"] == 6
-    assert {k["ref"]: k["requests_24h"] for k in live["keys"]["data"]} == {
+    assert {k["ref"]: k["requests_24h"] for k in live["keys"]["data"]["rows"]} == {
         f"operator:{used['a'].pk}": 4,
         "coordinator:org/b-1": 2,
     }

@@ -248,7 +248,7 @@ def test_live_json_has_every_section_with_data_and_html(staff, mirror, observati
     }
     recent = body["sections"]["recent"]["data"]
     assert recent["available"] is True and recent["items"][0]["model"] == "chat"
-    keys = body["sections"]["keys"]["data"]
+    keys = body["sections"]["keys"]["data"]["rows"]
     assert {k["name"] for k in keys} == {"team-a", "retired"}
 
 

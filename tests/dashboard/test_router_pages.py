@@ -386,7 +386,7 @@ def test_live_json_with_router_off(staff, router_off):
 # -- coordinator keys on the Keys page -----------------------------------------------
 def test_the_keys_page_labels_coordinator_keys_read_only(staff, populated):
     resp = staff.get("/dashboard/keys/")
-    rows = {k["name"]: k for k in resp.context["sections"]["keys"]["data"]}
+    rows = {k["name"]: k for k in resp.context["sections"]["keys"]["data"]["rows"]}
     assert rows["key-abc"]["source"] == "coordinator" and rows["key-abc"]["read_only"] is True
     assert rows["key-abc"]["hint"] == "sk-…c0de"
     page = resp.content.decode()
@@ -394,7 +394,7 @@ def test_the_keys_page_labels_coordinator_keys_read_only(staff, populated):
 
 
 def test_operator_keys_are_not_labelled_read_only(staff, mirror):
-    rows = staff.get("/dashboard/keys/").context["sections"]["keys"]["data"]
+    rows = staff.get("/dashboard/keys/").context["sections"]["keys"]["data"]["rows"]
     assert rows and all(k["read_only"] is False for k in rows)
 
 
