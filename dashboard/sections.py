@@ -65,7 +65,7 @@ SECTIONS: dict[str, Section] = {
             "models",
             "Models and aliases",
             lambda r: {
-                "models": selectors.model_rows(r.backends, r.view),
+                **selectors.models_shown(selectors.model_rows(r.backends, r.view)),
                 "fallback_chains": selectors.fallback_rows(r.view),
             },
         ),

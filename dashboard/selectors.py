@@ -169,6 +169,16 @@ def model_rows(backends: list[dict[str, Any]], view: RoutingView) -> list[dict[s
     return rows
 
 
+MODELS_SHOWN = 500  # names the Models section renders (2,000 at cluster size: 3.6 MB per refresh)
+
+
+def models_shown(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """At most MODELS_SHOWN names: every one with a backend that is not
+    usable first; those left out have every backend usable."""
+    capped = shown(rows, MODELS_SHOWN, lambda m: m["usable"] < m["total"])
+    return {"models": capped["rows"], "models_hidden": capped["hidden"], "models_total": capped["total"]}
+
+
 def fallback_rows(view: RoutingView) -> list[dict[str, Any]]:
     known = view.snapshot.by_model
     return [

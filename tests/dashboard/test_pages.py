@@ -333,6 +333,17 @@ def test_past_the_cap_the_backends_section_keeps_every_row_that_needs_attention(
     assert (data["data"]["hidden"], data["data"]["total"]) == (2, 4)
     assert "2 more of 4 backends not shown" in data["html"]
 
+    # The Models section the same way: a name with a backend down first.
+    models = orjson.loads(staff.get("/dashboard/live.json?sections=models").content)["sections"]["models"]["data"]
+    assert models["models_hidden"] == 0 and len(models["models"]) == models["models_total"] > 1
+    degraded = [m["name"] for m in models["models"] if m["usable"] < m["total"]]
+    assert degraded and degraded[0] != models["models"][0]["name"]
+    monkeypatch.setattr(dash_selectors, "MODELS_SHOWN", 1)
+    capped = orjson.loads(staff.get("/dashboard/live.json?sections=models").content)["sections"]["models"]
+    assert [m["name"] for m in capped["data"]["models"]] == degraded[:1]
+    assert capped["data"]["models_hidden"] == models["models_total"] - 1
+    assert f"{models['models_total'] - 1} more of {models['models_total']} names not shown" in capped["html"]
+
     monkeypatch.setattr(dash_selectors, "BACKENDS_SHOWN", 3)  # room for one idle row, in table order
     rows = orjson.loads(staff.get("/dashboard/live.json?sections=backends").content)["sections"]["backends"]["data"]
     idle = [n for n in every if n not in ("vllm-a", "ollama-b")]
