@@ -617,12 +617,14 @@ def refresh_keys(authority: str, *, client, worker_id: str, node_id: str, lock_t
 
 
 def current_plan(authority: str) -> RouterPlan:
-    """The plan of the mirror as it is now (for /status and the dashboard).
+    """The plan of the whole mirror as it is now: what the writers, which
+    plan only the circuits a change touches, must agree with
+    (tests/router/test_incremental.py). No serving path calls it: /status
+    and the dashboard read the snapshot and ``router_status.mirror_summary``
+    (planning 5,000 circuits was ~0.4 s of a web process per read).
 
     The circuits are read and parsed one at a time: `desired` only folds them
-    into the plan. All of them at once (5,000 rows and as many parsed
-    circuits, ~80 MB at cluster size) was the peak of every /status read in a
-    web process, and its RSS never gave that back."""
+    into the plan."""
     rows = Circuit.objects.only("circuit_id", "raw").order_by().iterator(chunk_size=500)
     return desired((c for c in map(stored_circuit, rows) if c is not None), publications(authority))
 

@@ -37,7 +37,7 @@ class Reading:
 
     @cached_property
     def router(self) -> dict[str, Any] | None:
-        return mirror.router_reading()
+        return mirror.router_reading(self.view.snapshot)
 
     @cached_property
     def key_usage_day(self) -> list[Any]:

@@ -16,7 +16,11 @@ import orjson
 import pytest
 from django.utils import timezone
 
+from appproxy import router_services
 from appproxy.models import Circuit, EventRecord, Publication, WorkerState
+from appproxy.router_wire import Publication as WirePublication
+from appproxy.services import apply_locked, reconcile_lock
+from appproxy.wire import Circuit as WireCircuit
 from keys.coordinator import CoordinatorKey, sync_coordinator_keys
 from keys.models import ApiKey
 from router.models import ConfigDocument
@@ -107,9 +111,26 @@ def _circuit(circuit_id: str, endpoint: str, *routes: tuple[str, int, float], su
             for rid, port, ratio in routes
         ],
     }
-    return Circuit.objects.create(
-        circuit_id=circuit_id, subdomain=subdomain, endpoint_id=endpoint, runtime_variant="vllm", raw=raw
-    )
+    # Through the one writer path, as an event would: Circuit, Route and
+    # Backend rows as the router keeps them.
+    with reconcile_lock(AUTHORITY):
+        apply_locked(
+            [WireCircuit.model_validate(raw)],
+            {},
+            source="test",
+            authority=AUTHORITY,
+            desire=router_services.router_circuit_desire(AUTHORITY),
+        )
+    return Circuit.objects.get(circuit_id=circuit_id)
+
+
+def _publish(model: str, *mappings: tuple[str, float], aliases=(), control_mode="manual", revision="") -> None:
+    """A publication as a model event applies it (its circuits are planned again)."""
+    pub = {"model": model, "aliases": list(aliases), "control_mode": control_mode}
+    pub["mappings"] = [{"endpoint_id": ep, "ratio": ratio} for ep, ratio in mappings]
+    router_services.apply_publication(AUTHORITY, WirePublication.model_validate(pub))
+    if revision:
+        Publication.objects.filter(authority=AUTHORITY, model=model).update(revision=revision)
 
 
 @pytest.fixture
@@ -142,18 +163,9 @@ def populated(router_on):
     )
     _circuit(CIRCUIT_A, EP_A, (ROUTE_1, 8001, 1.0), (ROUTE_2, 8002, 0.5), subdomain="llama")
     _circuit(CIRCUIT_LONELY, EP_LONELY, (str(uuid.uuid4()), 8009, 1.0), subdomain="lonely")
-    Publication.objects.create(
-        authority=AUTHORITY,
-        model="llama-4-chat",
-        aliases=["llama-4"],
-        mappings=[{"endpoint_id": EP_A, "ratio": 0.7}, {"endpoint_id": EP_B, "ratio": 0.3}],
-        control_mode="manual",
-        revision="r-42",
-    )
-    Publication.objects.create(
-        authority=AUTHORITY, model="qwen-coder", mappings=[{"endpoint_id": EP_B, "ratio": 1.0}], revision="r-41"
-    )
-    Publication.objects.create(authority=AUTHORITY, model="empty-model", control_mode="strategy_managed")
+    _publish("llama-4-chat", (EP_A, 0.7), (EP_B, 0.3), aliases=["llama-4"], revision="r-42")
+    _publish("qwen-coder", (EP_B, 1.0), revision="r-41")
+    _publish("empty-model", control_mode="strategy_managed")
     sync_coordinator_keys(
         [CoordinatorKey(key_id="key-abc", key_hash=KNOWN_HASH, allowed_models=("llama-4",), hint="sk-…c0de")],
         full=True,
@@ -229,7 +241,7 @@ def test_publications_list_names_aliases_mappings_and_their_backends(staff, popu
         "serving",
         False,
     )
-    # current_plan: 100 × 0.7 × 1.0 and 100 × 0.7 × 0.5 (half up).
+    # The composed weights: 100 × 0.7 × 1.0 and 100 × 0.7 × 0.5 (half up).
     assert llama["backends"] == [
         {"name": f"appproxy-{CIRCUIT_A}-r{ROUTE_1}", "url": "http://10.0.0.7:8001", "weight": 70},
         {"name": f"appproxy-{CIRCUIT_A}-r{ROUTE_2}", "url": "http://10.0.0.7:8002", "weight": 35},
@@ -279,7 +291,7 @@ def test_the_publications_page_shows_it_all(staff, populated):
 
 def test_a_drained_publication_is_told_apart_from_a_pending_one(staff, router_on):
     _circuit(CIRCUIT_A, EP_A, (ROUTE_1, 8001, 1.0))
-    Publication.objects.create(authority=AUTHORITY, model="paused", mappings=[{"endpoint_id": EP_A, "ratio": 0}])
+    _publish("paused", (EP_A, 0.0))
     items = _sections(staff)["publications"]["data"]["items"]
     assert [(p["model"], p["state"], p["backends"]) for p in items] == [("paused", "drained", [])]
 
@@ -478,16 +490,18 @@ def test_status_and_metrics_with_live_facts_show_no_token_hash(superuser, popula
         assert KNOWN_HASH not in body and API_SECRET not in body
 
 
-def test_a_plan_that_cannot_be_computed_is_reported_not_raised(staff, populated, monkeypatch):
-    from appproxy import router_services
+def test_a_mirror_that_cannot_be_read_is_reported_not_raised(staff, populated, monkeypatch):
+    from appproxy import router_status
 
     def broken(authority):
         raise ValueError("mirrored publication does not parse")
 
-    monkeypatch.setattr(router_services, "current_plan", broken)
+    monkeypatch.setattr(router_status, "mirror_summary", broken)
     resp = staff.get("/dashboard/publications/")
     assert resp.status_code == 200
     data = resp.context["sections"]["publications"]["data"]
     assert data["enabled"] is True and "does not parse" in data["plan_error"]
-    assert [p["backends"] for p in data["items"]] == [[], [], []]
-    assert "could not be computed" in resp.content.decode()
+    assert data["pending_circuits"] == [] and data["pending_publications"] == []
+    # The backends are the snapshot's: still shown.
+    assert [len(p["backends"]) for p in data["items"]] == [0, 2, 0]
+    assert "could not be counted" in resp.content.decode()
