@@ -15,9 +15,11 @@ Nothing here ever includes a token hash or the api_secret.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections
 
 from keys.coordinator import coordinator_key_count
@@ -119,7 +121,8 @@ def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first() if node_id else None
         row = row.with_unchanged_pulls() if row is not None else None
         summary = mirror_summary(authority)
-        weights = {name: spec.weight for name, spec in sorted(snap.backends.items()) if spec.source == SOURCE}
+        ours = [(name, spec.weight) for name, spec in snap.backends.items() if spec.source == SOURCE]
+        counts = Counter(weight for _name, weight in ours)
         nodes = list(WorkerState.objects.filter(authority=authority).values("node_id", "status", "last_heartbeat_at"))
         events = [
             {
@@ -136,8 +139,12 @@ def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
             "events_subscriber": subscriber_alive(authority),
             "publications": Publication.objects.filter(authority=authority).count(),
             "coordinator_keys": coordinator_key_count(),
-            "backends": len(weights),
-            "backend_weights": weights,
+            "backends": len(ours),
+            # Each backend's weight up to ROUTER_STATUS_BACKENDS of them
+            # (else null: 20,000 names are no status); how many have each
+            # weight, always.
+            "backend_weights": dict(sorted(ours)) if len(ours) <= settings.ROUTER_STATUS_BACKENDS else None,
+            "backend_weight_counts": {str(w): n for w, n in sorted(counts.items())},
             "published_names": sorted(set(snap.listed)),
             "pending_circuits": list(summary.pending_circuits),
             "pending_publications": list(summary.pending_publications),

@@ -1074,17 +1074,17 @@ class RouterBench(Bench):
         await asyncio.to_thread(burst)
         t_last = time.perf_counter()
         seen = await self.visible(s, t_last, lambda p: self.probe_is(s, p, True), self.args.burst_timeout)
+        self.rss("rss_after")  # before the full /status listings below
         lost: list[int | None] = []
         for port in self.web_ports:
             try:
-                async with s.get(self.url(port, "/status"), timeout=aiohttp.ClientTimeout(total=120),
+                async with s.get(self.url(port, "/status?backends=all"), timeout=aiohttp.ClientTimeout(total=120),
                                  headers={"authorization": f"Bearer {self.status_token}"}) as r:
                     names = {b["name"] for b in orjson.loads(await r.read())["backends"]}
                 lost.append(sum(1 for cid, routes in wanted.items()
                                 if not all(f"appproxy-{cid}-r{rid}" in names for rid in routes)))
             except Exception:
                 lost.append(None)
-        self.rss("rss_after")
         self.results["route_burst"] = {"updates": n, "sent_s": t_last - t_start, "after_last_s": seen, "lost": lost,
                                        "errors": errors, "timeout_s": self.args.burst_timeout,
                                        "distinct_circuits": len(wanted)}

@@ -12,6 +12,7 @@ constant time); anyone else gets a 401 (403 for a signed-in non-staff user).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 
@@ -128,6 +129,47 @@ async def _refusal(request: HttpRequest) -> HttpResponse | None:
     return response
 
 
+def _backend_row(spec, state, now: float) -> dict:
+    return {
+        "name": spec.name,
+        "source": spec.source,
+        "kind": spec.kind,
+        "models": list(spec.models),
+        "weight": spec.weight,
+        "healthy": state.usable(now),
+        "in_flight": state.in_flight,
+        "ewma_ms": state.ewma_ms,
+    }
+
+
+def _backends(rt, snap, now: float, every: bool = False) -> dict:
+    """Every backend up to ROUTER_STATUS_BACKENDS (or `every`:
+    ``/status?backends=all``); past it, only those that are not healthy or
+    have requests in flight (``backends_listed`` says which), found among
+    the backends that have a state: one a request or probe never touched is
+    idle and healthy. A state is read, never made (one per backend per read
+    stayed for the process's life)."""
+    limit = settings.ROUTER_STATUS_BACKENDS
+    total = len(snap.backends)
+    if every or total <= limit:
+        rows = [_backend_row(spec, rt.states.peek(spec.name) or IDLE, now) for spec in snap.backends.values()]
+        healthy = sum(1 for row in rows if row["healthy"])
+        listed = "all"
+    else:
+        rows, unhealthy = [], 0
+        for name, state in rt.states.items():
+            spec = snap.backends.get(name)
+            if spec is None:
+                continue
+            usable = state.usable(now)
+            unhealthy += not usable
+            if (not usable or state.in_flight) and len(rows) < limit:
+                rows.append(_backend_row(spec, state, now))
+        rows.sort(key=lambda row: (row["source"], row["name"]))
+        healthy, listed = total - unhealthy, "not healthy or in flight"
+    return {"backends_total": total, "backends_healthy": healthy, "backends_listed": listed, "backends": rows}
+
+
 async def status(request: HttpRequest) -> HttpResponse:
     refusal = await _refusal(request)
     if refusal is not None:
@@ -146,25 +188,12 @@ async def status(request: HttpRequest) -> HttpResponse:
         # How this process's snapshots were made: in place from the change log,
         # or compiled from scratch (start, a pruned log, a writer that named nothing).
         "snapshot_refreshes": dict(REFRESHES),
-        "backends": [
-            {
-                "name": spec.name,
-                "source": spec.source,
-                "kind": spec.kind,
-                "models": list(spec.models),
-                "weight": spec.weight,
-                "healthy": state.usable(now),
-                "in_flight": state.in_flight,
-                "ewma_ms": state.ewma_ms,
-            }
-            for spec in snap.backends.values()
-            # read, never created: a backend nothing touched is idle (a state
-            # made here for each of 20,000 backends stayed for the process's life)
-            for state in (rt.states.peek(spec.name) or IDLE,)
-        ],
+        **_backends(rt, snap, now, request.GET.get("backends") == "all"),
         "last_error": rt.last_error,
         "node": node_health(),
     }
     for name, section in extensions.status_sections().items():
-        body[name] = section(snap)
+        # A section may wait on a DB read (appproxy's live facts, up to 2 s):
+        # off the event loop, so the requests it serves do not wait with it.
+        body[name] = await asyncio.to_thread(section, snap)
     return _json(body)

@@ -69,3 +69,39 @@ def test_reading_status_makes_no_backend_state(openai_backends, router_factory):
     assert gauged() == {"one"}  # a request made its backend's state, and only that one
     shown = {x["name"]: x for x in router.status()["backends"]}
     assert shown["one"]["ewma_ms"] is not None and shown["two"]["ewma_ms"] is None
+
+
+def test_past_the_listing_cap_status_lists_only_backends_that_need_attention(openai_backends, router_factory):
+    """At cluster size /status does not list 20,000 healthy idle backends
+    (ROUTER_STATUS_BACKENDS): it counts them and lists the ones that are not
+    healthy or have requests in flight."""
+    a, b, c = openai_backends("a", "b", "c")
+    router = router_factory(
+        "".join(f"  - {{name: {n}, url: '{s.url}', models: [m]}}\n" for n, s in (("a", a), ("b", b), ("c", c)))
+        .join(("backends:\n", "health: {enabled: true, failure_threshold: 1, cooldown: 60}\n"
+               "retry: {max_attempts: 3, backoff: 0}\n")),
+        env={"ROUTER_STATUS_BACKENDS": "2"},
+    )
+    body = router.status()
+    assert (body["backends_total"], body["backends_healthy"], body["backends_listed"]) == (
+        3, 3, "not healthy or in flight")  # fmt: skip
+    assert body["backends"] == []
+    a.stop()
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    with httpx.Client(base_url=router.url, timeout=30) as http:
+        for _ in range(12):  # one of them lands on a first: its breaker opens
+            assert http.post("/v1/chat/completions", json=chat).status_code == 200
+    body = router.status()
+    assert [(x["name"], x["healthy"]) for x in body["backends"]] == [("a", False)]
+    assert (body["backends_total"], body["backends_healthy"]) == (3, 2)
+    # Asked for, every one.
+    every = httpx.get(router.url + "/status?backends=all", headers=router.status_headers, timeout=5).json()
+    assert [x["name"] for x in every["backends"]] == ["a", "b", "c"] and every["backends_listed"] == "all"
+
+
+def test_under_the_cap_status_lists_every_backend(openai_backends, router_factory):
+    (a,) = openai_backends("a")
+    router = router_factory(f"backends:\n  - {{name: one, url: '{a.url}', models: [m1]}}\n")
+    body = router.status()
+    assert (body["backends_total"], body["backends_healthy"], body["backends_listed"]) == (1, 1, "all")
+    assert [x["name"] for x in body["backends"]] == ["one"]
