@@ -33,7 +33,15 @@ from .router_plan import MirrorSummary, summarize
 from .status import LiveFacts
 from .subscriber import subscriber_alive
 
-__all__ = ["compile_listed", "compile_mode", "compile_worker", "mirror_summary", "readiness", "router_status"]
+__all__ = [
+    "compile_listed",
+    "compile_mode",
+    "compile_worker",
+    "mirror_summary",
+    "readiness",
+    "routed",
+    "router_status",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +110,14 @@ _facts = LiveFacts("appproxy-router-status")
 _cache = _facts.cache
 
 
+def routed(snap: Snapshot) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The ``appproxy`` backends of `snap` by name, sorted, and its published
+    names, sorted: what /status and the dashboard show of the plan, read from
+    the snapshot the process routes with instead of planning the mirror."""
+    backends = {name: spec for name, spec in sorted(snap.backends.items()) if spec.source == SOURCE}
+    return backends, tuple(sorted(set(snap.listed)))
+
+
 def mirror_summary(authority: str) -> MirrorSummary:
     """What the mirror's plan has pending or drained, from stored columns."""
     return summarize(
@@ -121,8 +137,8 @@ def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first() if node_id else None
         row = row.with_unchanged_pulls() if row is not None else None
         summary = mirror_summary(authority)
-        ours = [(name, spec.weight) for name, spec in snap.backends.items() if spec.source == SOURCE]
-        counts = Counter(weight for _name, weight in ours)
+        ours, published = routed(snap)
+        counts = Counter(spec.weight for spec in ours.values())
         nodes = list(WorkerState.objects.filter(authority=authority).values("node_id", "status", "last_heartbeat_at"))
         events = [
             {
@@ -143,9 +159,13 @@ def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
             # Each backend's weight up to ROUTER_STATUS_BACKENDS of them
             # (else null: 20,000 names are no status); how many have each
             # weight, always.
-            "backend_weights": dict(sorted(ours)) if len(ours) <= settings.ROUTER_STATUS_BACKENDS else None,
+            "backend_weights": (
+                {name: spec.weight for name, spec in ours.items()}
+                if len(ours) <= settings.ROUTER_STATUS_BACKENDS
+                else None
+            ),
             "backend_weight_counts": {str(w): n for w, n in sorted(counts.items())},
-            "published_names": sorted(set(snap.listed)),
+            "published_names": list(published),
             "pending_circuits": list(summary.pending_circuits),
             "pending_publications": list(summary.pending_publications),
             "drained_routes": summary.drained,

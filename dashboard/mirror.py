@@ -262,9 +262,8 @@ def router_reading(snapshot: Any) -> dict[str, Any] | None:
     # Imported when asked (appproxy is optional for the dashboard).
     try:
         from appproxy import node
-        from appproxy.plan import SOURCE
         from appproxy.router_config import load_router_settings
-        from appproxy.router_status import mirror_summary
+        from appproxy.router_status import mirror_summary, routed
     except ImportError:
         return None
     try:
@@ -273,8 +272,7 @@ def router_reading(snapshot: Any) -> dict[str, Any] | None:
         return {"enabled": False, "error": f"{type(exc).__name__}: {exc}"}
     if s is None or not s.enabled:
         return {"enabled": False, "error": None}
-    backends = {name: spec for name, spec in sorted(snapshot.backends.items()) if spec.source == SOURCE}
-    published = tuple(sorted(set(snapshot.listed)))
+    backends, published = routed(snapshot)
     try:
         summary = mirror_summary(s.authority)
         plan = RouterView(backends, published, summary.pending_circuits, summary.pending_publications, summary.drained)

@@ -29,7 +29,7 @@ from keys import usage as key_usage
 from keys.selectors import key_list, record_id
 from router.cluster import verdict
 from router.core.backend import masked_url
-from router.core.health import BackendState
+from router.core.health import IDLE, BackendState
 from router.core.snapshot import EMPTY, Snapshot
 from router.nodestate import node_health
 from router.ops import readiness
@@ -37,8 +37,6 @@ from router.providers import path_of
 from router.revision import current_revision
 from router.runtime import Runtime
 from router.selectors import compile_snapshot
-
-_IDLE = BackendState()
 
 
 def iso(value: datetime | float | None) -> str | None:
@@ -73,8 +71,8 @@ def routing_view(rt: Runtime) -> RoutingView:
 
 def _state(rt: Runtime, view: RoutingView, name: str) -> BackendState:
     if view.source != "live":
-        return _IDLE
-    return rt.states.peek(name) or _IDLE
+        return IDLE
+    return rt.states.peek(name) or IDLE
 
 
 # ('healthy' | 'trial' | 'breaker_open' | 'probe_failing', seconds to the
