@@ -97,9 +97,10 @@ FAKE_BACKENDS = 3
 
 # Row 3's writer, a process of its own: Django set up, "ready", then on "go"
 # the burst of `routerbackend add`s back to back; each write the DB refused
-# (SQLite: locked past its timeout) is retried twice and printed.
+# (SQLite: locked past its timeout) is retried twice and printed; last, the
+# CPU seconds the burst took in this process ("cpu S").
 BURST_WRITER = """
-import io, sys
+import io, os, sys
 import django
 django.setup()
 from django.core.management import call_command
@@ -107,6 +108,7 @@ from django.db import OperationalError
 n, url = int(sys.argv[1]), sys.argv[2]
 print("ready", flush=True)
 sys.stdin.readline()
+cpu0 = sum(os.times()[:2])
 for i in range(n):
     for _ in range(3):
         try:
@@ -115,6 +117,8 @@ for i in range(n):
             break
         except OperationalError as exc:
             print(repr(exc), flush=True)
+t = os.times()
+print(f"cpu {t.user + t.system - cpu0}", flush=True)
 """
 
 
@@ -582,7 +586,9 @@ class Bench:
             close_old_connections()
 
     async def request_loop(self, s: aiohttp.ClientSession, port: int, stop: threading.Event | None,
-                           duration: float) -> list[float]:
+                           duration: float, starts: list[float] | None = None) -> list[float]:
+        """Latencies of one connection's requests, back to back (`starts`:
+        each one's start, in the same order)."""
         lat: list[float] = []
         end = time.perf_counter() + duration
         model = self.model_of(0)
@@ -591,6 +597,8 @@ class Bench:
             status = await self.chat(s, port, model)
             if status == 200:
                 lat.append(time.perf_counter() - t)
+                if starts is not None:
+                    starts.append(t)
         return lat
 
     async def loop_during_burst(self, s: aiohttp.ClientSession) -> None:
@@ -605,11 +613,14 @@ class Bench:
             cwd=ROOT, env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(self.tmp / "burst-writer.log", "wb"), text=True)
         errors: list[str] = []
+        writer_cpu: float | None = None
         try:
             ready = await asyncio.to_thread(writer.stdout.readline)  # type: ignore[union-attr]
             if ready.strip() != "ready":
                 raise RuntimeError(f"burst writer did not start (see {self.tmp / 'burst-writer.log'})")
+            cpu0 = self._cpu_by_process()
             steady = await self.request_loop(s, port, None, self.args.loop_seconds)
+            cpu1 = self._cpu_by_process()
             stop = threading.Event()
             t0 = time.perf_counter()
             writer.stdin.write("go\n")  # type: ignore[union-attr]
@@ -632,19 +643,38 @@ class Bench:
                 return None
 
             spies = self.spy("loop", "web0", "tasks")
-            during, applied = await asyncio.gather(self.request_loop(s, port, stop, self.args.step_budget + 5),
-                                                   watcher())
+            starts: list[float] = []
+            during, applied = await asyncio.gather(
+                self.request_loop(s, port, stop, self.args.step_budget + 5, starts), watcher())
+            cpu2, window = self._cpu_by_process(), time.perf_counter() - t0
             self.unspy(spies)
             out, _ = await asyncio.to_thread(writer.communicate, None, 30)
-            errors = [line for line in out.splitlines() if line.strip()]
+            errors = [line for line in out.splitlines() if line.strip() and not line.startswith("cpu ")]
+            writer_cpu = next((float(line[4:]) for line in out.splitlines() if line.startswith("cpu ")), None)
         finally:
             if writer.poll() is None:
                 writer.kill()
                 writer.wait()
         sd, bd = dist(steady), dist(during)
-        self.results["loop"] = {"steady": sd, "burst": bd, "burst_changes": n, "burst_applied_s": applied,
+        # only the requests that started while the changes were being applied
+        # (the loop runs on for the rest of a steady window's length)
+        inside = [x for x, t in zip(during, starts, strict=True) if applied is not None and t < t0 + applied]
+        self.results["loop"] = {"steady": sd, "burst": bd, "inside": dist(inside), "burst_changes": n,
+                                "burst_applied_s": applied,
                                 "errors": errors,
+                                # CPU seconds per process in each window: who took the cores
+                                "cpu_steady_s": {k: round(cpu1[k] - cpu0.get(k, 0.0), 3) for k in cpu1},
+                                "cpu_burst_s": {k: round(cpu2[k] - cpu1[k], 3) for k in cpu1 if k in cpu2}
+                                | {"writer": writer_cpu}, "burst_window_s": round(window, 2),
                                 "ratio_p99": (bd["p99"] / sd["p99"]) if sd["p99"] and bd["p99"] else None}
+
+    def _cpu_by_process(self) -> dict[str, float]:
+        pids = {name: proc.pid for name, proc in self.procs.items()} | {"bench": os.getpid()}
+        out = {}
+        for name, pid in pids.items():
+            with contextlib.suppress(OSError, ValueError):
+                out[name] = cpu_seconds(pid)
+        return out
 
     async def route_burst(self, s: aiohttp.ClientSession) -> None:
         n = self.args.burst_updates
@@ -714,10 +744,12 @@ class Bench:
         end = time.perf_counter() + 1.0
         await asyncio.gather(*(worker(end) for _ in range(conns)))  # warm up
         count = 0
+        spies = self.spy("load", "web0")  # (py-spy's sampling adds to the figure: a profile run's is not one to quote)
         c0 = cpu_seconds(pid)
         end = time.perf_counter() + duration
         await asyncio.gather(*(worker(end) for _ in range(conns)))
         c1 = cpu_seconds(pid)
+        self.unspy(spies)
         models_lat: list[float] = []
         m0 = cpu_seconds(pid)
         for _ in range(200):
