@@ -27,12 +27,14 @@ web processes read with their safety poll.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Collection
+from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from .bulk import insert_rows
@@ -93,9 +95,29 @@ def _drain() -> list[tuple[str, str]]:
     ]
 
 
+@functools.cache
+def _statements() -> tuple[str, str]:
+    """The two reads every refresh of every web process makes, as plain SQL:
+    the ORM spent ~0.3 ms of the interpreter compiling each (~0.6 ms of a
+    1.3 ms refresh at cluster size), taken from the requests in flight."""
+    q = connection.ops.quote_name
+    rev, chg = RoutingRevision._meta, RoutingChange._meta
+
+    def col(meta: Any, name: str) -> str:
+        return q(meta.get_field(name).column)
+
+    return (
+        f"SELECT {col(rev, 'revision')} FROM {q(rev.db_table)} WHERE {q(rev.pk.column)} = 1",
+        f"SELECT {col(chg, 'revision')}, {col(chg, 'topic')}, {col(chg, 'name')} FROM {q(chg.db_table)} "
+        f"WHERE {col(chg, 'revision')} > %s AND {col(chg, 'revision')} <= %s LIMIT {MAX_ROWS + 1}",
+    )
+
+
 def current_revision() -> int:
-    row = RoutingRevision.objects.filter(pk=1).values_list("revision", flat=True).first()
-    return int(row or 0)
+    with connection.cursor() as cursor:
+        cursor.execute(_statements()[0])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
 
 
 def lock_revision() -> None:
@@ -131,10 +153,9 @@ def changes_since(revision: int, until: int, *, whole: bool = False) -> dict[str
     when the log cannot say (pruned, a writer that named nothing, or more than
     compiling from scratch would cost). A topic some revision changed whole
     makes it None too, unless `whole`: then its names are {ALL} (`is_whole`)."""
-    rows = list(
-        RoutingChange.objects.filter(revision__gt=revision, revision__lte=until)
-        .values_list("revision", "topic", "name")[: MAX_ROWS + 1]
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_statements()[1], [revision, until])
+        rows = cursor.fetchall()
     if len(rows) > MAX_ROWS or {r for r, _, _ in rows} != set(range(revision + 1, until + 1)):
         return None
     changes: dict[str, set[str]] = {}

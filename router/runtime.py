@@ -203,7 +203,7 @@ class Runtime:
         if self.selector.strategy != snap.strategy:
             self.selector = Selector(snap.strategy)
         if snap.backends is not self.snapshot.backends:  # (a key change shares them)
-            self.states.retain(snap.backends.keys())
+            self.states.retain(snap.backends)
         if snap.health is not None and snap.health != self.snapshot.health:
             self.states.set_policy(snap.health)
         if snap.by_model is not self.snapshot.by_model or snap.backends is not self.snapshot.backends:

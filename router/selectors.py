@@ -7,12 +7,16 @@ from the snapshot parts they register in router.extensions.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections import namedtuple
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from django.db import connection
+from immutables import Map
 from pydantic import ValidationError
 
 from . import extensions
@@ -38,6 +42,49 @@ _FIELDS = (
 
 def _rows(qs: Any) -> Any:
     return qs.values_list(*_FIELDS, named=True).iterator(chunk_size=5000)
+
+
+_Row = namedtuple("_Row", _FIELDS)  # type: ignore[misc]
+_NAMES_PER_READ = 1000  # placeholders per statement, well under every backend's limit
+
+
+@functools.cache
+def _by_name() -> tuple[str, tuple[tuple[Any, tuple[Any, ...]], ...]]:
+    """The read of named backend rows as plain SQL, with each column's
+    converters (the ones the ORM applies: JSON decoded, …). A change's
+    refresh reads a few rows by name in every web process, and compiling that
+    query was half of what the refresh cost the interpreter."""
+    q = connection.ops.quote_name
+    meta = Backend._meta
+    fields = [meta.get_field(name) for name in _FIELDS]
+    columns = []
+    for f in fields:
+        col = f.get_col(meta.db_table)
+        columns.append((col, tuple(connection.ops.get_db_converters(col) + col.get_db_converters(connection))))
+    head = (f"SELECT {', '.join(q(f.column) for f in fields)} FROM {q(meta.db_table)} "
+            f"WHERE {q(meta.get_field('name').column)} IN ")
+    return head, tuple(columns)
+
+
+def _rows_named(names: Collection[str]) -> Iterator[Any]:
+    """The Backend rows of `names` (those that exist), as `_rows` gives them."""
+    head, columns = _by_name()
+    wanted = list(names)
+    with connection.cursor() as cursor:
+        for i in range(0, len(wanted), _NAMES_PER_READ):
+            chunk = wanted[i : i + _NAMES_PER_READ]
+            cursor.execute(head + "(" + ", ".join(["%s"] * len(chunk)) + ")", chunk)
+            for raw in cursor.fetchall():
+                values = []
+                for value, (col, converters) in zip(raw, columns, strict=True):
+                    for convert in converters:
+                        value = convert(value, col, connection)
+                    values.append(value)
+                yield _Row(*values)
+
+
+def _all_backends() -> Map[str, BackendSpec]:
+    return Map({row.name: _spec(row) for row in _rows(Backend.objects.all())})
 
 
 def _models(row: Any) -> tuple[str, ...]:
@@ -139,7 +186,7 @@ def compile_snapshot(*, serving: bool = True) -> Snapshot:
     their defaults."""
     revision = current_revision()
     cfg = routing_document()
-    backends = {row.name: _spec(row) for row in _rows(Backend.objects.all())}
+    backends = _all_backends()
     # The keyring, the Host ingress table…: compiled by the apps that own them.
     # A part may also override a field compiled from the document
     # (ROUTER mode forces api_keys_mode to "blocking").
@@ -187,7 +234,7 @@ def update_snapshot(
     names = changes.get(BACKEND, set())
     listed = fields.get("listed", prev.listed)
     if is_whole(names):  # every backend may have changed (a first pull): re-read and regroup them all
-        backends = {row.name: _spec(row) for row in _rows(Backend.objects.all())}
+        backends = _all_backends()
         by_model = group_by_model(backends)
         for name in listed:
             by_model.setdefault(name, ())
@@ -195,14 +242,18 @@ def update_snapshot(
     elif names or listed != prev.listed:
         old = {n: prev.backends.get(n) for n in names}
         new: dict[str, BackendSpec | None] = dict.fromkeys(names)
-        new.update((row.name, _spec(row)) for row in _rows(Backend.objects.filter(name__in=list(names))))
-        backends = dict(prev.backends)
-        for n, spec in new.items():
-            if spec is None:
-                backends.pop(n, None)
-            else:
-                backends[n] = spec
-        fields["backends"] = backends
+        new.update((row.name, _spec(row)) for row in _rows_named(names))
+        # A persistent map: the next one shares all but the changed entries
+        # with `prev`'s (copying a dict of 20,000 backends per change was a
+        # third of a refresh, ~0.4 ms of the interpreter).
+        base = prev.backends if isinstance(prev.backends, Map) else Map(prev.backends)
+        with base.mutate() as changed:
+            for n, spec in new.items():
+                if spec is None:
+                    changed.pop(n, None)
+                else:
+                    changed[n] = spec
+            fields["backends"] = changed.finish()
         fields["by_model"] = regroup(
             prev.by_model, old, new, listed, frozenset(prev.listed).symmetric_difference(listed)
         )

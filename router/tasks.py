@@ -69,7 +69,7 @@ def _probe_round() -> dict[str, bool]:
     if not snap.health_enabled or policy is None:
         return {}
     _states.set_policy(policy)
-    _states.retain(snap.backends.keys())
+    _states.retain(snap.backends)
     now = time.monotonic()
     due = []
     for spec in snap.backends.values():

@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -200,9 +200,9 @@ class StateTable:
 
     def retain(self, names: Iterable[str]) -> None:
         """Drop the state of every backend not in `names` (removed backends).
-        A set (a snapshot's `backends.keys()`) is asked as it is: the cost
-        follows the states held, not the cluster."""
-        keep = names if isinstance(names, AbstractSet) else set(names)
+        A set or a mapping (a snapshot's `backends`) is asked as it is: the
+        cost follows the states held, not the cluster."""
+        keep = names if isinstance(names, AbstractSet | Mapping) else set(names)
         for name in [n for n in self._states if n not in keep]:
             del self._states[name]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from immutables import Map
 
 from router.core.health import BackendState, HealthPolicy, StateTable
 
@@ -211,9 +212,12 @@ def test_state_table_creates_lazily_and_retains_only_named() -> None:
     assert "b" not in table and "a" in table and len(table) == 2
     assert table.get("a") is a
     assert table.peek("b") is None
-    # a snapshot's backends.keys(), as the runtime passes them; a generator too
-    table.retain({"c": object(), "x": object()}.keys())
+    # a snapshot's backends (a persistent map), as the runtime passes them; keys and a generator too
+    table.get("a")
+    table.retain(Map({"c": object(), "x": object()}))
     assert "a" not in table and "c" in table and len(table) == 1
+    table.retain({"c": object()}.keys())
+    assert "c" in table and len(table) == 1
     table.retain(n for n in ["zzz"])
     assert len(table) == 0
 
