@@ -1318,13 +1318,17 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         applied = f"{loop['burst_applied_s']:.1f} s" if loop["burst_applied_s"] is not None else "not applied"
         out["loop_burst"] = (f"{ms(bd['p50'])}/{ms(bd['p99'])}/{ms(bd['max'])} ms "
                              f"({loop['burst_changes']} changes, applied after {applied})")
+        inside = loop.get("inside") or {}
+        out["loop_inside"] = (f"{ms(inside['p50'])}/{ms(inside['p95'])}/{ms(inside['p99'])} ms ({inside['n']} requests; "
+                              f"p99 {inside['p99'] / sd['p99']:.1f}x the no-change p99)"
+                              if inside.get("p99") and sd["p99"] else "n/a")
         out["loop_ratio"] = f"{loop['ratio_p99']:.1f}x" if loop["ratio_p99"] else "n/a"
         if loop.get("errors"):
             out["loop_ratio"] += f" ({len(loop['errors'])} write errors: {loop['errors'][0][:60]})"
     elif r.get("mode") == "router":
-        out["loop_steady"] = out["loop_burst"] = out["loop_ratio"] = "n/a (measured in YAML mode)"
+        out["loop_steady"] = out["loop_burst"] = out["loop_inside"] = out["loop_ratio"] = "n/a (measured in YAML mode)"
     else:
-        out["loop_steady"] = out["loop_burst"] = out["loop_ratio"] = na("loop")
+        out["loop_steady"] = out["loop_burst"] = out["loop_inside"] = out["loop_ratio"] = na("loop")
     b = r.get("route_burst")
     if b:
         seen = b["after_last_s"]
@@ -1373,6 +1377,7 @@ LABELS = [
     ("yaml_edit_commit", "2d of which: file write -> committed"),
     ("loop_steady", "3 1-conn loop, no changes p50/p99/max"),
     ("loop_burst", "3 1-conn loop during change burst"),
+    ("loop_inside", "3 of which while applying p50/p95/p99"),
     ("loop_ratio", "3 p99 ratio burst/steady"),
     ("burst_applied", "4 burst of route updates: applied after last"),
     ("burst_lost", "4 lost (web0/web1)"),
