@@ -31,7 +31,7 @@ class QueuePolicy:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     revision: int
-    backends: Mapping[str, BackendSpec]
+    backends: Mapping[str, BackendSpec]  # compiled: an immutables.Map (a change shares the rest)
     by_model: Mapping[str, tuple[BackendSpec, ...]]  # every name and alias
     fallback_chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     strategy: str = "weighted_round_robin"
