@@ -127,7 +127,7 @@ def web_record(
             in_flight += state.in_flight
             not_healthy += word != HEALTHY
     if len(backends) <= max_backends:
-        rows = [_row(name, known.get(name)) for name in backends]
+        rows = [_row(name, known.get(name)) for name in _by_name(backends)]
     else:  # the unusable first: a disagreement is about them; then by name
         rows = [_row(name, known[name]) for name in sorted(n for n, k in known.items() if k[1] in UNHEALTHY)]
         del rows[max_backends:]

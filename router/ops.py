@@ -152,7 +152,8 @@ def _backends(rt, snap, now: float, every: bool = False) -> dict:
     limit = settings.ROUTER_STATUS_BACKENDS
     total = len(snap.backends)
     if every or total <= limit:
-        rows = [_backend_row(spec, rt.states.peek(spec.name) or IDLE, now) for spec in snap.backends.values()]
+        specs = sorted(snap.backends.values(), key=lambda spec: (spec.source, spec.name))  # (a map has no order)
+        rows = [_backend_row(spec, rt.states.peek(spec.name) or IDLE, now) for spec in specs]
         healthy = sum(1 for row in rows if row["healthy"])
         listed = "all"
     else:

@@ -230,8 +230,8 @@ async def test_the_publisher_task_reports_the_live_runtime_and_withdraws_on_stop
 
 def _full_pass(rt: Runtime, mono: float, max_backends: int) -> tuple[list[dict], int, int]:
     """What a record lists and counts by its definition: every backend of the
-    snapshot with its verdict (idle ones healthy), the unusable first, then by
-    name, capped; in-flight and healthy counted over all of them."""
+    snapshot with its verdict (idle ones healthy), by name; past the cap the
+    unusable first, then by name; in-flight and healthy counted over all of them."""
     rows, in_flight, healthy = [], 0, 0
     for name in rt.snapshot.backends:
         state = rt.states.peek(name) or cluster.BackendState()
@@ -243,6 +243,8 @@ def _full_pass(rt: Runtime, mono: float, max_backends: int) -> tuple[list[dict],
     if len(rows) > max_backends:
         rows.sort(key=lambda r: (r["v"] not in cluster.UNHEALTHY, r["n"]))
         rows = rows[:max_backends]
+    else:
+        rows.sort(key=lambda r: r["n"])
     return rows, in_flight, healthy
 
 
