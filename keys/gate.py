@@ -73,7 +73,7 @@ def extract_key(headers: Mapping[str, str]) -> str | None:
 
 
 class KeyGate:
-    __slots__ = ("_keys", "_limiter", "_over", "blocking", "mode")
+    __slots__ = ("_keys", "_limiter", "blocking", "mode")
 
     def __init__(
         self,
@@ -87,17 +87,14 @@ class KeyGate:
             )
         if keyring is None:
             keyring = EMPTY
-        # The plain dicts: one or two lookups per request, no Mapping indirection.
-        if isinstance(keyring, Keyring):
-            self._over, self._keys = keyring.layers()
-        else:
-            self._over, self._keys = {}, dict(keyring)
+        # One map read per request, no Mapping indirection.
+        self._keys: Mapping[str, KeyRecord] = keyring.by_hash() if isinstance(keyring, Keyring) else dict(keyring)
         self.mode = mode
         self.blocking = mode == "blocking"
         self._limiter = limiter
 
     def __repr__(self) -> str:
-        return f"<KeyGate {self.mode} {len(self._keys) + len(self._over)} keys>"
+        return f"<KeyGate {self.mode} {len(self._keys)} keys>"
 
     @property
     def limiter(self) -> Limiter | None:
@@ -117,8 +114,7 @@ class KeyGate:
                 raise MissingApiKey()
             return None
         digest = _sha256(plaintext.encode("utf-8", "surrogatepass")).hexdigest()
-        over = self._over
-        record = over[digest] if over and digest in over else self._keys.get(digest)
+        record = self._keys.get(digest)
         if record is None or not _compare(record.key_hash, digest):
             if self.blocking:
                 raise InvalidApiKey()
