@@ -126,7 +126,7 @@ def _map(pairs: Iterable[tuple[str, Any]]) -> immutables.Map:
     return built.update(chunk) if chunk else built
 
 
-CHUNK = 2000
+CHUNK = 500  # ~0.7 ms of C per update() at 100,000 keys
 
 
 class Keyring(Mapping[str, KeyRecord]):
