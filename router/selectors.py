@@ -7,15 +7,12 @@ from the snapshot parts they register in router.extensions.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections import namedtuple
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from django.db import connection
 from immutables import Map
 from pydantic import ValidationError
 
@@ -28,6 +25,7 @@ from .core.secret import Secret
 from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model, regroup
 from .models import Backend, ConfigDocument
 from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision, is_whole
+from .sqlread import InRead
 
 log = logging.getLogger(__name__)
 
@@ -44,43 +42,13 @@ def _rows(qs: Any) -> Any:
     return qs.values_list(*_FIELDS, named=True).iterator(chunk_size=5000)
 
 
-_Row = namedtuple("_Row", _FIELDS)  # type: ignore[misc]
-_NAMES_PER_READ = 1000  # placeholders per statement, well under every backend's limit
-
-
-@functools.cache
-def _by_name() -> tuple[str, tuple[tuple[Any, tuple[Any, ...]], ...]]:
-    """The read of named backend rows as plain SQL, with each column's
-    converters (the ones the ORM applies: JSON decoded, …). A change's
-    refresh reads a few rows by name in every web process, and compiling that
-    query was half of what the refresh cost the interpreter."""
-    q = connection.ops.quote_name
-    meta = Backend._meta
-    fields = [meta.get_field(name) for name in _FIELDS]
-    columns = []
-    for f in fields:
-        col = f.get_col(meta.db_table)
-        columns.append((col, tuple(connection.ops.get_db_converters(col) + col.get_db_converters(connection))))
-    head = (f"SELECT {', '.join(q(f.column) for f in fields)} FROM {q(meta.db_table)} "
-            f"WHERE {q(meta.get_field('name').column)} IN ")
-    return head, tuple(columns)
+# The Backend rows a change names, in every web process's refresh (router/sqlread.py).
+_NAMED = InRead(Backend, _FIELDS, "name")
 
 
 def _rows_named(names: Collection[str]) -> Iterator[Any]:
     """The Backend rows of `names` (those that exist), as `_rows` gives them."""
-    head, columns = _by_name()
-    wanted = list(names)
-    with connection.cursor() as cursor:
-        for i in range(0, len(wanted), _NAMES_PER_READ):
-            chunk = wanted[i : i + _NAMES_PER_READ]
-            cursor.execute(head + "(" + ", ".join(["%s"] * len(chunk)) + ")", chunk)
-            for raw in cursor.fetchall():
-                values = []
-                for value, (col, converters) in zip(raw, columns, strict=True):
-                    for convert in converters:
-                        value = convert(value, col, connection)
-                    values.append(value)
-                yield _Row(*values)
+    return _NAMED(names)
 
 
 def _all_backends() -> Map[str, BackendSpec]:

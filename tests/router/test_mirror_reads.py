@@ -11,7 +11,8 @@ from django.db import transaction
 from router import revision
 from router.models import Backend, RoutingChange, RoutingRevision, Source
 from router.revision import ALL, BACKEND, bump_revision, changes_since, current_revision, touch
-from router.selectors import _FIELDS, _NAMES_PER_READ, _rows, _rows_named
+from router.selectors import _FIELDS, _rows, _rows_named
+from router.sqlread import InRead
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +48,7 @@ def test_named_rows_are_what_the_orm_reads():
 
 
 def test_more_names_than_one_statement_takes():
-    n = _NAMES_PER_READ * 2 + 5
+    n = InRead.PER_READ * 2 + 5
     Backend.objects.bulk_create(
         Backend(name=f"b{i}", source=Source.ADMIN, url="http://h", models=[f"m{i}"]) for i in range(n)
     )
