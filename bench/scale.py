@@ -96,24 +96,29 @@ FAKE_BACKENDS = 3
 
 
 # Row 3's writer, a process of its own: Django set up, "ready", then on "go"
-# the burst of `routerbackend add`s back to back; each write the DB refused
-# (SQLite: locked past its timeout) is retried twice and printed; last, the
-# CPU seconds the burst took in this process ("cpu S").
+# the burst back to back, of `routerbackend add`s (--burst-kind backends) or
+# of `revokeapikey`s of the last keys (--burst-kind keys); each write the DB
+# refused (SQLite: locked past its timeout) is retried twice and printed;
+# last, the CPU seconds the burst took in this process ("cpu S").
 BURST_WRITER = """
 import io, os, sys
 import django
 django.setup()
 from django.core.management import call_command
 from django.db import OperationalError
-n, url = int(sys.argv[1]), sys.argv[2]
+kind, n, url, keys = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 print("ready", flush=True)
 sys.stdin.readline()
 cpu0 = sum(os.times()[:2])
 for i in range(n):
+    if kind == "keys":
+        command = ("revokeapikey", "--name", f"scale-{keys - n + i:06d}")
+    else:
+        command = ("routerbackend", "add", "--name", f"scale-b3-{i}", "--url", url,
+                   "--models", f"b3-{i}", "--weight", "100")
     for _ in range(3):
         try:
-            call_command("routerbackend", "add", "--name", f"scale-b3-{i}", "--url", url,
-                         "--models", f"b3-{i}", "--weight", "100", stdout=io.StringIO())
+            call_command(*command, stdout=io.StringIO())
             break
         except OperationalError as exc:
             print(repr(exc), flush=True)
@@ -221,6 +226,7 @@ class Bench:
         self.yaml_extra: list[str] = []  # backends appended by the YAML-edit step
         self.weight0 = 100
         self.plain: list[str] = []  # plaintexts of the first keys (the rest are hashes only)
+        self.last_plain = ""
 
     # ---- environment ----
     def env(self) -> dict[str, str]:
@@ -301,6 +307,8 @@ class Bench:
                 plaintext = new_plaintext()
                 if i < self.args.reps * 2 + 10:
                     self.plain.append(plaintext)
+                if i == n - 1:
+                    self.last_plain = plaintext  # row 3's key burst revokes the last keys, this one last
                 batch.append(ApiKey(name=f"scale-{i:06d}", source=KeySource.OPERATOR, key_hash=hash_key(plaintext),
                                     hint=mask_key(plaintext), allowed_models=[], allowed_client_ips=[]))
                 if len(batch) >= 5000:
@@ -607,9 +615,12 @@ class Bench:
         process they held its GIL for the ORM's work and delayed the very
         loop that measures the tail."""
         port = self.web_ports[0]
-        n = self.args.burst_changes
+        n, kind = self.args.burst_changes, self.args.burst_kind
+        if kind == "keys" and n > self.sizes["keys"] - len(self.plain):
+            raise RuntimeError(f"--burst-kind keys: {n} revocations would reach the keys the other rows use")
         writer = subprocess.Popen(
-            [PY, "-c", BURST_WRITER, str(n), f"http://127.0.0.1:{self.backend_ports[0]}"],
+            [PY, "-c", BURST_WRITER, kind, str(n), f"http://127.0.0.1:{self.backend_ports[0]}",
+             str(self.sizes["keys"])],
             cwd=ROOT, env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(self.tmp / "burst-writer.log", "wb"), text=True)
         errors: list[str] = []
@@ -630,9 +641,13 @@ class Bench:
                 deadline = t0 + self.args.step_budget
                 while writer.poll() is None and time.perf_counter() < deadline:
                     await asyncio.sleep(0.01)
-                last = f"b3-{n - 1}"
+                async def applied_yet() -> bool:
+                    if kind == "keys":  # the last key revoked is refused
+                        return await self.chat(s, port, self.model_of(0), self.last_plain) == 401
+                    return await self.chat(s, port, f"b3-{n - 1}") == 200
+
                 while time.perf_counter() < deadline:
-                    if await self.chat(s, port, last) == 200:
+                    if await applied_yet():
                         applied = time.perf_counter() - t0
                         # the loop runs at least as long as the steady one did
                         await asyncio.sleep(max(0.0, t0 + self.args.loop_seconds - time.perf_counter()))
@@ -660,6 +675,7 @@ class Bench:
         # (the loop runs on for the rest of a steady window's length)
         inside = [x for x, t in zip(during, starts, strict=True) if applied is not None and t < t0 + applied]
         self.results["loop"] = {"steady": sd, "burst": bd, "inside": dist(inside), "burst_changes": n,
+                                "burst_kind": kind,
                                 "burst_applied_s": applied,
                                 "errors": errors,
                                 # CPU seconds per process in each window: who took the cores
@@ -1316,8 +1332,9 @@ def rows_of(r: dict[str, Any] | None, small: dict[str, Any] | None) -> dict[str,
         sd, bd = loop["steady"], loop["burst"]
         out["loop_steady"] = f"{ms(sd['p50'])}/{ms(sd['p99'])}/{ms(sd['max'])} ms"
         applied = f"{loop['burst_applied_s']:.1f} s" if loop["burst_applied_s"] is not None else "not applied"
+        what = "key revocations" if loop.get("burst_kind") == "keys" else "backend adds"
         out["loop_burst"] = (f"{ms(bd['p50'])}/{ms(bd['p99'])}/{ms(bd['max'])} ms "
-                             f"({loop['burst_changes']} changes, applied after {applied})")
+                             f"({loop['burst_changes']} {what}, applied after {applied})")
         inside = loop.get("inside") or {}
         out["loop_inside"] = (f"{ms(inside['p50'])}/{ms(inside['p95'])}/{ms(inside['p99'])} ms ({inside['n']} requests; "
                               f"p99 {inside['p99'] / sd['p99']:.1f}x the no-change p99)"
@@ -1406,7 +1423,8 @@ def run_child(args: argparse.Namespace, db: str, small: bool, out: Path, router:
            "--step-budget", str(args.step_budget), "--change-timeout", str(args.change_timeout),
            "--yaml-timeout", str(args.yaml_timeout),
            "--start-timeout", str(args.start_timeout), "--loop-seconds", str(args.loop_seconds),
-           "--burst-changes", str(args.burst_changes), "--burst-updates", str(args.burst_updates),
+           "--burst-changes", str(args.burst_changes), "--burst-kind", args.burst_kind,
+           "--burst-updates", str(args.burst_updates),
            "--burst-seconds", str(args.burst_seconds), "--burst-timeout", str(args.burst_timeout),
            "--settle-timeout", str(args.settle_timeout), "--coord-keys", str(args.coord_keys),
            "--reconcile-interval", str(args.reconcile_interval), "--ack-timeout", str(args.ack_timeout),
@@ -1503,6 +1521,8 @@ def main() -> None:
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--loop-seconds", type=float, default=5.0)
     ap.add_argument("--burst-changes", type=int, default=100)
+    ap.add_argument("--burst-kind", choices=["backends", "keys"], default="backends",
+                    help="row 3's changes: `routerbackend add`s, or `revokeapikey`s of the last keys")
     ap.add_argument("--burst-updates", type=int, default=1000)
     ap.add_argument("--burst-seconds", type=float, default=10.0)
     ap.add_argument("--burst-timeout", type=float, default=90.0)
