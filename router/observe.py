@@ -293,7 +293,10 @@ def _publish_in_flight(states: StateTable | None) -> None:
 # Observations emitted per turn of the event loop. A batch is a quarter
 # second of traffic (hundreds at full load); emitted in one go it held the
 # loop for several ms at a time, which every request in flight waited out.
-SLICE = 32
+# 32 at a time still held it ~0.5 ms per turn at 16 connections, a step in
+# the streams' p99 (docs/performance.md, fourteenth round); 8 costs one more
+# turn of the loop per 8 requests, which is nothing beside them.
+SLICE = 8
 
 
 async def run_drainer(interval: float = 0.25, states: StateTable | None = None) -> None:
