@@ -657,7 +657,7 @@ class Bench:
                 stop.set()
                 return None
 
-            spies = self.spy("loop", "web0", "tasks")
+            spies = self.spy("loop", "web0", "web1", "tasks")
             starts: list[float] = []
             during, applied = await asyncio.gather(
                 self.request_loop(s, port, stop, self.args.step_budget + 5, starts), watcher())
