@@ -158,9 +158,11 @@ class Keyring(Mapping[str, KeyRecord]):
             clash = by_hash.get(record.key_hash)
             if clash is not None and clash.id != record.id:
                 by_id.pop(clash.id, None)
-            previous = by_id.get(record.id)
+            previous = by_id.get(record.id)  # the id's old digest (a rotation)
             if previous is not None and previous != record.key_hash:
-                by_hash.pop(previous, None)
+                held = by_hash.get(previous)
+                if held is not None and held.id == record.id:
+                    del by_hash[previous]
             by_hash[record.key_hash] = record
             by_id[record.id] = record.key_hash
         ring = Keyring.__new__(Keyring)

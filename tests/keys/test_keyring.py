@@ -126,3 +126,16 @@ def _run(steps, start):
                 assert got == want and ring.get(digest) == want and (digest in ring) == (want is not None)
     for old, held in history:
         assert dict(old.items()) == held
+
+
+def test_a_rotation_or_a_digest_taken_over_leaves_no_stale_entry():
+    """A record whose id already held another digest drops it, even when the
+    change did not name the id; a digest another id held moves with it."""
+    a0, b0 = _rec(1, 0), _rec(2, 0)
+    ring = Keyring([a0, b0])
+    rotated = ring.replaced([], [_rec(1, 1)])
+    assert set(rotated) == {_rec(1, 1).key_hash, b0.key_hash} and len(rotated) == 2
+    taken = ring.replaced([], [a0._replace(id="operator:3", name="k3")])  # id 3 now presents a's digest
+    assert taken[a0.key_hash].id == "operator:3" and len(taken) == 2
+    assert taken.replaced(["operator:3"], []).get(a0.key_hash) is None  # and revoking it removes it
+    assert set(ring) == {a0.key_hash, b0.key_hash}  # the first keyring is as it was
