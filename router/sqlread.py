@@ -21,7 +21,7 @@ __all__ = ["InRead"]
 
 
 class InRead:
-    """``SELECT fields FROM <model> WHERE [col = 'literal' AND …] where IN (…)``.
+    """``SELECT fields FROM <model> WHERE [col = %s AND …] where IN (…)``.
 
     `equal` holds fixed conditions (column = value), which let a partial
     index serve the read (``WHERE source = 'coordinator'``). Calling it with
