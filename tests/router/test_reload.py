@@ -16,16 +16,18 @@ from tests.support.routerproc import PY, ROOT, RouterProc, wait_until
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
 
 
-def test_two_web_processes_see_a_db_change_within_one_second(openai_backends, router_factory):
+def test_two_web_processes_see_a_db_change_by_the_notice(openai_backends, router_factory):
+    """Within the 10-s wait, a third of the 30-s safety poll: the notice
+    carried it. How soon is bench/scale.py's row 2 (p95 ~20 ms), not a
+    wall-clock bound in a test on a shared machine."""
     a, b = openai_backends("a", "b")
     cfg = f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n"
-    # The safety poll is slowed to 30 s so only the change notice can deliver in time.
+    # The safety poll is slowed to 30 s so only the change notice can deliver within the wait.
     first = router_factory(cfg, env={"ROUTER_POLL_SECONDS": "30"})
     second = router_factory(cfg, var_dir=first.dir, env={"ROUTER_POLL_SECONDS": "30", "ROUTER_WATCH_CONFIG": "0",
                                                         "ROUTER_REDIS_PREFIX": first.prefix})
     out = first.manage("routerbackend", "add", "--name", "extra", "--url", b.url, "--models", "new-model")
     assert out.returncode == 0, out.stderr
-    written = time.monotonic()
 
     def both_route():
         return all(
@@ -33,17 +35,14 @@ def test_two_web_processes_see_a_db_change_within_one_second(openai_backends, ro
             for p in (first, second)
         )
 
-    wait_until(both_route, 5, interval=0.02, what="both processes routing the new model")
-    assert time.monotonic() - written <= 1.0
+    wait_until(both_route, 10, interval=0.02, what="both processes routing the new model")
     out = first.manage("routerbackend", "remove", "--name", "extra")
     assert out.returncode == 0, out.stderr
-    removed = time.monotonic()
     wait_until(
         lambda: all(httpx.post(p.url + "/v1/chat/completions", json={**CHAT, "model": "new-model"}, timeout=5).status_code == 404
                     for p in (first, second)),
-        5, interval=0.02, what="removal everywhere",
+        10, interval=0.02, what="removal everywhere",
     )
-    assert time.monotonic() - removed <= 1.0
     # Both changes were applied in place from the change log: each process
     # compiled its snapshot from scratch once, when it started.
     for p in (first, second):
@@ -142,7 +141,7 @@ def test_a_burst_of_changes_is_applied_in_a_few_refreshes_and_none_is_lost(opena
     notice): the web process refreshes at most once per ROUTER_RELOAD_GAP_MS
     (its installs are that far apart, fewer than the changes), and every
     added model routes at the end. The first change after a quiet spell is
-    not held back (test_two_web_processes_see_a_db_change_within_one_second)."""
+    not held back (test_two_web_processes_see_a_db_change_by_the_notice)."""
     (a,) = openai_backends("a")
     router = router_factory(f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n",
                             env={"ROUTER_POLL_SECONDS": "30", "ROUTER_RELOAD_GAP_MS": "40"})  # fmt: skip
