@@ -15,6 +15,12 @@ read by every /v1 request before the API-key gate (router/admission.py):
 5. → the circuit's canonical model, which pins the request; with no routes it
    falls through to that model's fallback chain, after 3-4, never instead.
 
+Private means private on every path: a confined circuit (private, or with an
+IP list) is reachable through its own Host only. Every other Host routes by
+model name without its replicas (``confines``), and a name only confined
+circuits serve is unknown there like a name nobody serves (the snapshot's
+``hidden``), so its existence does not leak either.
+
 Constant work per request: dict lookups and one HMAC; no DB, no I/O.
 """
 
@@ -29,7 +35,7 @@ from router.core.ipnets import ip_allowed
 from router.core.secret import Secret
 
 from .jwtauth import verify_circuit_token
-from .plan import NAME_PREFIX, IngressEntry
+from .plan import NAME_PREFIX, IngressEntry, circuit_scope
 
 __all__ = ["Ingress", "normalize_host"]
 
@@ -51,6 +57,10 @@ class Ingress:
     aggregate_hosts: frozenset[str]  # the apex and aggregation_hosts
     table: Mapping[str, IngressEntry]  # subdomain (lower-case) → entry
     jwt_secret: Secret = field(repr=False)
+    # plan.confinement: the backend-name prefixes of the confined circuits'
+    # replicas, and the model names those circuits serve.
+    confined: frozenset[str] = frozenset()
+    confined_models: frozenset[str] = frozenset()
     # Readiness and status facts, as of the snapshot's compile.
     authority: str = ""
     worker_id: str = ""
@@ -59,6 +69,20 @@ class Ingress:
 
     def __repr__(self) -> str:
         return f"<Ingress {self.domain} circuits={len(self.table)}>"
+
+    def confines(self, backend: str) -> bool:
+        """Whether a backend is a confined circuit's replica, which only a
+        request through that circuit's Host (scoped to it) may use."""
+        if not self.confined or not backend.startswith(NAME_PREFIX):
+            return False
+        # appproxy-<circuit id>-r<route key>: each "-r" is tried as the end of
+        # the prefix, so no shape of circuit id or route key is assumed.
+        at = backend.find("-r", len(NAME_PREFIX))
+        while at != -1:
+            if backend[: at + 2] in self.confined:
+                return True
+            at = backend.find("-r", at + 1)
+        return False
 
     def circuit_for(self, host: str) -> IngressEntry | None:
         """The entry a Host names; None when it is not a circuit host."""
@@ -98,4 +122,4 @@ class Ingress:
             raise NoBackendAvailable(
                 "This endpoint's model is not known yet: none of its replicas has answered /v1/models."
             )
-        return entry.model, f"{NAME_PREFIX}{entry.circuit_id}-r"
+        return entry.model, circuit_scope(entry.circuit_id)

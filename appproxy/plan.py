@@ -13,6 +13,9 @@ Invariants (seed §5.3, SPEC LEG-3, CORE-2):
 - ``plan`` only ever touches rows whose source is ``appproxy``: it never
   updates or removes another namespace's backend, and a desired name that is
   already owned by another namespace is reported as a conflict, not applied.
+- A circuit with access rules of its own (``open_to_public: false``, or an
+  ``allowed_client_ips`` list) is *confined*: its replicas are reachable
+  through its own Host only, where those rules are checked (``confinement``).
 - No I/O, no clocks, no Django: deterministic and ordered by name.
 """
 
@@ -32,6 +35,8 @@ __all__ = [
     "IngressEntry",
     "Plan",
     "backend_name",
+    "circuit_scope",
+    "confinement",
     "desired_backends",
     "ingress_table",
     "plan",
@@ -60,7 +65,12 @@ def weight_from_ratio(ratio: float) -> int | None:
 
 
 def backend_name(circuit: Circuit, route: RouteInfo) -> str:
-    return f"{NAME_PREFIX}{circuit.id}-r{route.key}"
+    return f"{circuit_scope(str(circuit.id))}{route.key}"
+
+
+def circuit_scope(circuit_id: str) -> str:
+    """The name prefix of every backend of one circuit (its replicas)."""
+    return f"{NAME_PREFIX}{circuit_id}-r"
 
 
 def route_url(route: RouteInfo) -> str:
@@ -178,3 +188,28 @@ def ingress_table(
             endpoint_id=str(circuit.endpoint_id) if circuit.endpoint_id else None,
         )
     return table
+
+
+def confinement(
+    circuits: Iterable[Circuit],
+    models: Mapping[str, str],
+    *,
+    default_model: str | None = None,
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(scopes, models) of the confined inference circuits: the backend-name
+    prefixes (``circuit_scope``) of circuits that are private or have an IP
+    list, and the model names they serve. Only their own Host checks those
+    rules, so no other Host may select, know or list their replicas; a circuit
+    without a subdomain (no Host at all) is confined just the same."""
+    scopes: set[str] = set()
+    names: set[str] = set()
+    for circuit in circuits:
+        if not circuit.is_inference:
+            continue
+        if circuit.open_to_public and not parse_comma_list(circuit.allowed_client_ips):
+            continue
+        scopes.add(circuit_scope(str(circuit.id)))
+        model = _model_for(circuit, models, default_model)
+        if model:
+            names.add(model)
+    return frozenset(scopes), frozenset(names)

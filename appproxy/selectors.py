@@ -13,7 +13,7 @@ from . import node
 from .config import parse_section
 from .ingress import Ingress
 from .models import Circuit, WorkerState
-from .plan import ingress_table
+from .plan import confinement, ingress_table
 from .services import stored_circuit
 from .wire import Circuit as WireCircuit
 
@@ -40,11 +40,14 @@ def compile_ingress(cfg: Any) -> Ingress | None:
         return None
     circuits, models = mirror_circuits()
     state = WorkerState.objects.filter(authority=settings.authority, node_id=node.current()).first()
+    confined, confined_models = confinement(circuits, models)
     return Ingress(
         domain=settings.wildcard_domain,
         aggregate_hosts=frozenset({settings.apex, *settings.aggregation_hosts}),
         table=ingress_table(circuits, models),
         jwt_secret=settings.jwt_secret,
+        confined=confined,
+        confined_models=confined_models,
         authority=settings.authority,
         worker_id=state.worker_id if state else "",
         registered=bool(state and state.worker_id),

@@ -206,7 +206,11 @@ class Runtime:
             self.states.retain(snap.backends)
         if snap.health is not None and snap.health != self.snapshot.health:
             self.states.set_policy(snap.health)
-        if snap.by_model is not self.snapshot.by_model or snap.backends is not self.snapshot.backends:
+        if (
+            snap.by_model is not self.snapshot.by_model
+            or snap.backends is not self.snapshot.backends
+            or snap.ingress is not self.snapshot.ingress  # (a circuit gone private confines its replicas)
+        ):
             self._candidates = {}
         self.gate = self._make_gate(snap)
         self.snapshot = snap
@@ -218,13 +222,15 @@ class Runtime:
     # -- hot path helpers ----------------------------------------------------
     def candidates(self, snap: Snapshot, model: str, scope: str | None = None) -> tuple[Candidate, ...]:
         """Candidates of a model (only backends named `scope…` when scoped, e.g.
-        one AppProxy circuit's replicas), cached per installed snapshot."""
+        one AppProxy circuit's replicas; unscoped, never one confined to its
+        own Host), cached per installed snapshot."""
         key = (model, scope)
         cached = self._candidates.get(key)
         if cached is None or snap is not self.snapshot:
-            specs = snap.by_model.get(model, ())
             if scope is not None:
-                specs = tuple(s for s in specs if s.name.startswith(scope))
+                specs = tuple(s for s in snap.by_model.get(model, ()) if s.name.startswith(scope))
+            else:
+                specs = snap.open_group(model)
             cached = tuple(Candidate(spec, self.states.get(spec.name)) for spec in specs)
             if snap is self.snapshot:
                 self._candidates[key] = cached

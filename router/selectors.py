@@ -22,7 +22,7 @@ from .core.backend import BackendSpec, CliSpec
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
-from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model, regroup
+from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model, hidden_names, regroup
 from .models import Backend, ConfigDocument
 from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision, is_whole
 from .sqlread import InRead
@@ -165,6 +165,7 @@ def compile_snapshot(*, serving: bool = True) -> Snapshot:
     fields: dict[str, Any] = dict(revision=revision, backends=backends, by_model=by_model, created=int(time.time()))
     fields.update(_document_fields(cfg))
     fields.update(parts)
+    fields["hidden"] = hidden_names(by_model, fields.get("ingress"))
     return Snapshot(**fields)
 
 
@@ -225,6 +226,9 @@ def update_snapshot(
         fields["by_model"] = regroup(
             prev.by_model, old, new, listed, frozenset(prev.listed).symmetric_difference(listed)
         )
+    ingress = fields.get("ingress", prev.ingress)
+    if "by_model" in fields or ingress is not prev.ingress:  # (a key change keeps both, and these)
+        fields["hidden"] = hidden_names(fields.get("by_model", prev.by_model), ingress)
     return replace(prev, **fields)
 
 

@@ -3,6 +3,12 @@
 A web process holds exactly one reference to the current snapshot and swaps
 it atomically when the revision changes; a request keeps the snapshot it
 started with, so a reload never changes the rules under a running request.
+
+A request that names no scope (any Host but an AppProxy circuit's own) never
+uses a backend the ingress *confines* to its own Host (a private circuit's
+replica: `open_group`), and never knows or lists a name only such backends
+serve (`hidden`, computed once per snapshot by `hidden_names`): it is unknown
+there exactly like a name nobody serves.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class Snapshot:
     rate_limit_scope: str = "node"
     keyring: Any = None  # keys.keyring.Keyring
     ingress: Any = None  # appproxy ingress table (legacy Host routing), or None
+    # Names of by_model a request with no scope may not know (hidden_names).
+    hidden: frozenset[str] = frozenset()
     # Model names known without a backend (ROUTER publications with no live
     # mapping): listed in /v1/models, and they resolve like "all replicas down"
     # (fallback chain, else 503). They are also keys of by_model (empty groups).
@@ -59,10 +67,21 @@ class Snapshot:
     created: int = 0  # epoch seconds, the `created` of /v1/models objects
 
     def known(self, model: str) -> bool:
-        return model in self.by_model
+        """A name a request with no scope may ask for."""
+        return model in self.by_model and model not in self.hidden
 
     def model_names(self) -> list[str]:
-        return sorted(self.by_model)
+        """The names a request with no scope sees, sorted."""
+        return sorted(self.by_model.keys() - self.hidden if self.hidden else self.by_model)
+
+    def open_group(self, model: str) -> tuple[BackendSpec, ...]:
+        """The backends of `model` a request with no scope may use: all but
+        those the ingress confines to their own Host."""
+        group = self.by_model.get(model, ())
+        ingress = self.ingress
+        if not group or ingress is None or not ingress.confined:
+            return group
+        return tuple(spec for spec in group if not ingress.confines(spec.name))
 
 
 def group_order(spec: BackendSpec) -> tuple[str, str]:
@@ -76,6 +95,22 @@ def group_by_model(backends: Mapping[str, BackendSpec]) -> dict[str, tuple[Backe
         for name in dict.fromkeys(spec.models):
             groups.setdefault(name, []).append(spec)
     return {name: tuple(sorted(specs, key=group_order)) for name, specs in groups.items()}
+
+
+def hidden_names(by_model: Mapping[str, tuple[BackendSpec, ...]], ingress: Any) -> frozenset[str]:
+    """The names every backend of which the ingress confines to its own Host.
+
+    Only the models the confined circuits serve (`ingress.confined_models`)
+    are looked at, so the cost follows their replicas, not the cluster. A
+    name also served by any other backend stays known (routed to those), and
+    a listed name with no backend at all is not hidden."""
+    if ingress is None or not getattr(ingress, "confined", None):
+        return frozenset()
+    return frozenset(
+        name
+        for name in ingress.confined_models
+        if (group := by_model.get(name)) and all(ingress.confines(spec.name) for spec in group)
+    )
 
 
 def regroup(

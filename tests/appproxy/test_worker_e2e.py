@@ -423,7 +423,8 @@ def test_removed_backend_drains_its_stream(payload_node, replicas):
 def test_circuit_hosts_use_circuit_auth_and_other_hosts_the_key_gate(payload_node, replicas):
     """With api_keys.mode blocking, a private circuit host still takes its
     circuit JWT (never mistaken for an API key) and lists only its model; the
-    aggregation host needs an API key."""
+    aggregation host needs an API key, and no key opens the private circuit
+    there."""
     node = payload_node
     manager = Manager(node.fc)
     name = _name("keyed")
@@ -439,11 +440,13 @@ def test_circuit_hosts_use_circuit_auth_and_other_hosts_the_key_gate(payload_nod
         assert node.chat(host).status_code == 401  # still the circuit's own rule
         listed = httpx.get(node.web.url + "/v1/models", headers={"Host": host, "Authorization": f"Bearer {token}"})
         assert [m["id"] for m in listed.json()["data"]] == [MODEL]
-        refused = node.chat(AGGREGATION_HOST, model=MODEL)
+        refused = node.chat(AGGREGATION_HOST, model=FALLBACK_MODEL)
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "missing_api_key"
         out = node.web.manage("createapikey", "--name", _name("k"))
         key = out.stdout.strip().splitlines()[-1]
-        eventually(lambda: node.chat(AGGREGATION_HOST, model=MODEL, token=key).status_code == 200, 15, "keyed")
+        eventually(lambda: node.chat(AGGREGATION_HOST, model=FALLBACK_MODEL, token=key).status_code == 200, 15, "keyed")
+        hidden = node.chat(AGGREGATION_HOST, model=MODEL, token=key)
+        assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "model_not_found"
     finally:
         node.web.write_config(node.config)
     manager.delete(endpoint_id)
