@@ -24,17 +24,16 @@ from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-
 from config import server  # noqa: E402
 from config.lean import LeanASGIHandler  # noqa: E402
+from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from router.frontends import direct  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 
 lean_app = LeanASGIHandler()
 # The admin's CSS/JS (operators only; /v1 never goes through this).
-static_app = ASGIStaticFilesHandler(django_app)
+static_app = StaticFiles(django_app)  # what is no static file is a 404 (config/statics.py)
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 DIRECT = direct.PATHS
 server.settle_gc()  # what the imports built is kept for the process's life
