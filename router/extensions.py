@@ -99,6 +99,21 @@ class IngressResolver(Protocol):
         """(model, backend-name prefix that scopes selection) or None for plain routing."""
         ...
 
+    # Backends reachable only by a request scoped to them (a private circuit's
+    # replicas through its own Host): never selected, known or listed by a
+    # request with no scope (router.core.snapshot: open_group, hidden_names).
+    @property
+    def confined(self) -> frozenset[str]:
+        """Their scopes (backend-name prefixes); empty: nothing is confined."""
+        ...
+
+    @property
+    def confined_models(self) -> frozenset[str]:
+        """The model names they serve."""
+        ...
+
+    def confines(self, backend: str) -> bool: ...
+
 
 # Compiles one Snapshot field from the validated routing document
 # (router.config_schema.RouterFile); runs in a worker thread, may use the ORM.
