@@ -41,24 +41,26 @@ from .plain import PlainPool, PlainStream
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # server.max_response_bytes
 
-# Response headers that belong to one hop, or that Django sets itself.
-_DROP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "content-length",
-        "content-encoding",
-        "date",
-        "server",
-        "content-type",
-    }
-)
+# The upstream answer headers a client is given: what the OpenAI and Anthropic
+# SDKs (and the code of their users) read, and nothing else (issue 34). A name
+# ending in `*` is a prefix. Everything else an upstream sends stays here:
+# Set-Cookie and CORS (Access-Control-*) above all, since the router's own
+# origin serves the dashboard and an AppProxy replica is a user's workload;
+# hop-by-hop, caching and server headers too. Content-Type and Content-Length
+# are the router's own. docs/mixed-providers.md lists the same table.
+RELAYED_HEADERS: dict[str, str] = {
+    "x-request-id": "the OpenAI SDK's `_request_id`; vLLM sends it (--enable-request-id-headers)",
+    "request-id": "the Anthropic SDK's `_request_id`",
+    "retry-after": "both SDKs wait this long before they retry",
+    "retry-after-ms": "the same in milliseconds (both SDKs)",
+    "x-should-retry": "both SDKs retry, or not, as it says",
+    "openai-*": "OpenAI's: -organization, -project, -version, -processing-ms, "
+    "-poll-after-ms (the SDK's polling helpers)",
+    "x-ratelimit-*": "the rate-limit state of OpenAI and most OpenAI-compatible APIs",
+    "anthropic-*": "Anthropic's: -ratelimit-*, -organization-id, -workspace-id",
+}
+_RELAYED = frozenset(name for name in RELAYED_HEADERS if not name.endswith("*"))
+_RELAYED_PREFIXES = tuple(name[:-1] for name in RELAYED_HEADERS if name.endswith("*"))
 
 
 def provider_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) -> dict[str, str]:
@@ -144,8 +146,8 @@ class LeanAiohttpTransport(AiohttpTransport):
         The session and its connections are shared by every client of the
         router: aiohttp's default jar would keep a cookie one upstream answer
         set (for a host name; it refuses bare IPs) and send it with every later
-        request to that host, whoever made it. A router relays an upstream's
-        Set-Cookie to its own client and keeps nothing."""
+        request to that host, whoever made it. A router keeps no upstream's
+        cookie, and relays none to its client (`RELAYED_HEADERS`)."""
         if self.client is not None or self.uds:
             return super().get_client()
         limit = {"limit": self.limits.max_connections} if self.limits.max_connections is not None else {}
@@ -359,5 +361,5 @@ def _too_large(name: str, max_bytes: int) -> str:
 
 
 def relay_headers(response: httpx.Response) -> list[tuple[str, str]]:
-    """The upstream's end-to-end response headers, fit to relay to the client."""
-    return [(k, v) for k, v in response.headers.items() if k not in _DROP]
+    """The upstream's answer headers a client is given (`RELAYED_HEADERS`)."""
+    return [(k, v) for k, v in response.headers.items() if k in _RELAYED or k.startswith(_RELAYED_PREFIXES)]

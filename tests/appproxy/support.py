@@ -27,6 +27,7 @@ import httpx
 import jwt
 
 from fakes.coordinator import FakeCoordinator
+from tests.support.answers import answered_by
 from tests.support.routerproc import PY, ROOT, RouterProc, free_port, wait_until
 
 REDIS_URL = "redis://127.0.0.1:6379/4"
@@ -315,7 +316,7 @@ def unsigned(claims: dict[str, Any]) -> str:
 
 
 def routed_to(response: httpx.Response) -> str | None:
-    return response.headers.get("x-backend-name") if response.status_code == 200 else None
+    return answered_by(response)
 
 
 def eventually(predicate, timeout: float = 30.0, what: str = "condition"):

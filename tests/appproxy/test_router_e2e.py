@@ -15,6 +15,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.answers import answered_by
+
 from .router_support import RouterManager, RouterNode, new_key
 from .support import coordinator, eventually
 
@@ -54,7 +56,7 @@ def backend_of(node: RouterNode, model: str, key: str) -> str | None:
     raw = sdk(node, key).chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": "hi"}]
     )
-    return raw.headers.get("x-backend-name")
+    return answered_by(raw.http_response)
 
 
 def test_nodes_register_under_one_authority_with_distinct_node_ids(cluster):

@@ -11,6 +11,7 @@ from datetime import datetime
 import httpx
 import orjson
 
+from tests.support.answers import answered_by
 from tests.support.routerproc import PY, ROOT, RouterProc, wait_until
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
@@ -59,7 +60,7 @@ def test_yaml_edit_applies_without_restart_and_bad_edit_is_refused(openai_backen
         f"backends:\n  - {{name: a, url: '{a.url}', models: [m]}}\n  - {{name: b, url: '{b.url}', models: [two]}}\n"
     )
     r = httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "two"})
-    assert r.status_code == 200 and r.headers["x-backend-name"] == "b"
+    assert r.status_code == 200 and answered_by(r) == "b"
     revision = router.revision()
     router.config_path.write_text("backends:\n  - {name: a, url: 'http://x', models: [m], wieght: 2}\n")
     wait_until(lambda: "wieght" in (router.status()["last_error"] or ""), 10, what="the error to be reported")

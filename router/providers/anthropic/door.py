@@ -21,9 +21,9 @@ from ...core.errors import RouterError, UpstreamError
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange
-from ..http import send
+from ..http import relay_headers, send
 from ..relay import EARLY_FAILURES, failed_early, mid_stream_error
-from .upstream import api_base, kept_headers, request_headers
+from .upstream import api_base, request_headers
 
 _CLIENT_HEADERS = ("anthropic-beta",)  # forwarded on the door's own requests only
 
@@ -45,7 +45,7 @@ async def count(rt, spec: BackendSpec, env: Envelope, served: str, own: dict | N
     return Exchange(
         spec,
         response.status_code,
-        kept_headers(response),
+        relay_headers(response),
         response.headers.get("content-type", "application/json"),
         sent.first,
         upstream_ms=sent.ms,
@@ -91,7 +91,7 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
         return Exchange(
             spec,
             response.status_code,
-            kept_headers(response),
+            relay_headers(response),
             content_type,
             whole,
             upstream_ms=ms,
@@ -123,7 +123,7 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
     return Exchange(
         spec,
         200,
-        kept_headers(response),
+        relay_headers(response),
         content_type,
         _requested_name(b"".join(head), served, env.model),
         stream=_watched(iterator, decoder, watch),

@@ -27,10 +27,10 @@ from ...core.errors import RouterError, UnsupportedParameter
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
-from ..http import send
+from ..http import relay_headers, send
 from ..relay import EARLY_FAILURES, converted, empty, failed_early, relay
 from . import door
-from .upstream import api_base, auth_headers, kept_headers, request_headers
+from .upstream import api_base, auth_headers, request_headers
 
 
 class AnthropicProvider:
@@ -83,7 +83,8 @@ class AnthropicProvider:
         if response.status_code >= 400:
             status, error = anthropic.error_from_anthropic(response.status_code, first)
             return Exchange(
-                spec, status, kept_headers(response), "application/json", orjson.dumps(error), upstream_ms=ms, info=info
+                spec, status, relay_headers(response), "application/json", orjson.dumps(error),
+                upstream_ms=ms, info=info,
             )
         now = int(time.time())
         if not env.stream:

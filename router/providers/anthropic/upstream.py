@@ -1,15 +1,13 @@
 """What every request to an Anthropic backend shares: its base URL, its
-headers (`x-api-key` + `anthropic-version`, never a Bearer token) and the answer
-headers worth relaying (the error that ends a failed stream is `relay.mid_stream_error`)."""
+headers (`x-api-key` + `anthropic-version`, never a Bearer token). The answer
+headers relayed are `http.relay_headers`'s, as for every provider (the error
+that ends a failed stream is `relay.mid_stream_error`)."""
 
 from __future__ import annotations
-
-import httpx
 
 from ...core.backend import BackendSpec
 
 API_VERSION = "2023-06-01"
-RELAYED = ("retry-after", "request-id")  # upstream answer headers worth keeping
 
 
 def api_base(spec: BackendSpec) -> str:
@@ -36,7 +34,3 @@ def request_headers(spec: BackendSpec, forwarded: dict[str, str] | None = None) 
             headers[name] = value
     headers.update(auth_headers(spec))
     return headers
-
-
-def kept_headers(response: httpx.Response) -> list[tuple[str, str]]:
-    return [(name, response.headers[name]) for name in RELAYED if name in response.headers]
