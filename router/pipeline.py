@@ -292,6 +292,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
         relayed = Exchange(last.spec, last.status, [], last.content_type, last.body, wire=last.wire)
         return Routed(rt, None, relayed, env, obs, started, None)
     if last_failure is not None:
+        if last_failure.error is not None:  # the failure names what the client is told
+            raise last_failure.error(f"Every backend tried for '{model}' failed ({last_failure.reason}).")
         if last_failure.timeout:
             raise UpstreamTimeout(f"No backend for '{model}' answered in time.")
         raise UpstreamError(f"Every backend tried for '{model}' failed ({last_failure.reason}).")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..core.backend import BackendSpec
+    from ..core.errors import RouterError
     from ..request import Envelope
 
 
@@ -41,13 +42,18 @@ class UpstreamFailed(Exception):
     """Failed before the first byte reached the client: safe to retry elsewhere.
 
     `reason` may reach the client (in the final 502/504); `detail` (e.g. a
-    command's stderr) goes to the observation only, never to the client."""
+    command's stderr) goes to the observation only, never to the client.
+    `error`: the router error the client is told when this is the last
+    failure (an answer head past the cap: `UpstreamResponseTooLarge`)."""
 
-    def __init__(self, reason: str, *, timeout: bool = False, detail: str = "") -> None:
+    def __init__(
+        self, reason: str, *, timeout: bool = False, detail: str = "", error: type[RouterError] | None = None
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.timeout = timeout
         self.detail = detail
+        self.error = error
 
 
 @dataclass(slots=True)

@@ -17,6 +17,11 @@ Invariants:
 - A whole (non-streaming or error) answer is read in chunks and refused
   (`UpstreamResponseTooLarge`, 502) as soon as it passes the limit, so no
   more than the limit is ever held.
+- An answer's head is capped on every path (plain.MAX_RESPONSE_HEADERS,
+  plain.MAX_RESPONSE_HEAD_BYTES): past the cap the attempt fails as
+  `UpstreamFailed(error=UpstreamResponseTooLarge)`, and so does a 1xx the
+  client passed on (a 101) as a plain `UpstreamFailed`; either connection is
+  dropped, never pooled.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 import httpx
 import yarl
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from httpx_aiohttp.transport import AiohttpResponseStream, AiohttpTransport, map_aiohttp_exceptions
 
 from ..core.backend import BackendSpec
 from ..core.errors import UpstreamResponseTooLarge
 from .base import UpstreamFailed
-from .plain import PlainPool, PlainStream
+from .plain import MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS, PlainPool, PlainStream, ResponseHeadTooLarge
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # server.max_response_bytes
 
@@ -157,7 +163,9 @@ class LeanAiohttpTransport(AiohttpTransport):
             local_addr=(self.local_address, 0) if self.local_address else None,
             **limit,  # type: ignore[arg-type]
         )
-        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+        return aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), max_headers=MAX_RESPONSE_HEADERS
+        )
 
     async def send_direct(
         self, method: str, url: yarl.URL, headers: dict[str, str], content: bytes, timeout: dict[str, float]
@@ -192,6 +200,7 @@ class LeanAiohttpTransport(AiohttpTransport):
                 proxy=str(proxy.url) if proxy else None,
                 proxy_auth=aiohttp.BasicAuth(proxy.auth[0], proxy.auth[1]) if proxy and proxy.auth else None,
                 proxy_headers=proxy.headers if proxy else None,
+                max_headers=MAX_RESPONSE_HEADERS,  # and aiohttp's own 8190 bytes a line
             ).__aenter__()
         extensions = {"http_version": b"HTTP/1.1"}
         if response.reason:
@@ -281,12 +290,20 @@ async def send(
                 extensions={"timeout": timeouts(spec)},
             )
             response = await transport.handle_async_request(request)
+    except ResponseHeadTooLarge as exc:
+        raise _head_too_large(spec.name, str(exc)) from exc
+    except httpx.RemoteProtocolError as exc:
+        raise UpstreamFailed(f"{spec.name} gave no usable HTTP answer ({exc})") from exc
     except httpx.HTTPError as exc:
         if is_timeout(exc):
             raise UpstreamFailed(f"timeout connecting to {spec.name}", timeout=True) from exc
         raise UpstreamFailed(f"cannot connect to {spec.name}") from exc
     except Exception as exc:  # e.g. aiohttp's ValueError for a URL it cannot use
+        if _aiohttp_refused_head(exc):
+            raise _head_too_large(spec.name, "a header line or the count past aiohttp's limits") from exc
         raise UpstreamFailed(f"cannot send to {spec.name} ({type(exc).__name__})") from exc
+    if not isinstance(response.stream, PlainStream):  # (the plain client checked as it read)
+        await _check_head(response, spec.name)
     iterator = None
     try:
         if (stream and response.status_code < 400) or (
@@ -311,6 +328,42 @@ async def send(
         await response.aclose()  # the connection is never left open (idempotent)
         raise
     return Sent(response, first, iterator, (time.perf_counter() - started) * 1000.0)
+
+
+def _head_too_large(name: str, why: str) -> UpstreamFailed:
+    return UpstreamFailed(
+        f"the answer head of {name} is larger than the router reads ({why})", error=UpstreamResponseTooLarge
+    )
+
+
+def _aiohttp_refused_head(exc: BaseException) -> bool:
+    """aiohttp refused an answer's head for its size: a line past its
+    max_field_size / max_line_size, or more than `max_headers` headers."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, LineTooLong) or (isinstance(cause, BadHttpMessage) and "Too many headers" in cause.message):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+async def _check_head(response: httpx.Response, name: str) -> None:
+    """The plain client's head rules for an answer another client read (aiohttp
+    held at most `max_headers` lines of 8190 bytes): no 1xx passed on as the
+    answer (aiohttp passes a 101), the head's size within the cap."""
+    raw = response.headers.raw
+    failure = None
+    if response.status_code < 200:
+        failure = UpstreamFailed(f"{name} answered {response.status_code} to a plain request")
+    elif len(raw) > MAX_RESPONSE_HEADERS:
+        failure = _head_too_large(name, f"more than {MAX_RESPONSE_HEADERS} headers")
+    elif sum(len(k) + len(v) + 4 for k, v in raw) > MAX_RESPONSE_HEAD_BYTES:
+        failure = _head_too_large(name, f"more than {MAX_RESPONSE_HEAD_BYTES} bytes")
+    if failure is not None:
+        if isinstance(response.stream, _AiohttpStream):
+            response.stream.response.close()  # the connection, not back to the pool
+        await response.aclose()
+        raise failure
 
 
 def _fits(response: httpx.Response, size: int) -> bool:

@@ -22,7 +22,15 @@ Invariants:
   them, so callers tell timeouts from refusals the same way.
 - Nothing an upstream sends grows memory without bound: a stream pauses the
   socket when `HIGH_WATER` bytes are waiting for the reader; a whole answer
-  is capped by the caller (`read_capped`) before it is read.
+  is capped by the caller (`read_capped`) before it is read; an answer's head
+  (its status line and headers, 1xx interim heads included) is refused
+  (`ResponseHeadTooLarge`) at `MAX_RESPONSE_HEAD_BYTES` or past
+  `MAX_RESPONSE_HEADERS` while it is still arriving, and httptools, which
+  holds a header until its end, is never fed more of a head than that.
+- A head that is not an answer to a request (`101 Switching Protocols`: the
+  router asks for no upgrade) fails the request as `RemoteProtocolError`;
+  other 1xx heads are interim and skipped (RFC 9110 §15.2). Either failure
+  drops the connection.
 - A request on a kept-alive connection the upstream closed before answering
   is sent again on a new connection only when its method is idempotent (as
   aiohttp does, RFC 9112 §9.3.1); a POST fails as `ReadError`, which the
@@ -46,6 +54,11 @@ import yarl
 
 HIGH_WATER = 256 * 1024  # bytes buffered for a stream's reader before the socket pauses
 LOW_WATER = 64 * 1024
+# An upstream answer's head is refused past these, as request heads are
+# (config/server.py): more headers than any API server sends, and twice the
+# request limit in bytes (docs/operations.md, "Limits and capacity").
+MAX_RESPONSE_HEADERS = 100
+MAX_RESPONSE_HEAD_BYTES = 64 * 1024
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 _OWN = frozenset({"host", "content-length", "transfer-encoding"})
 
@@ -78,6 +91,10 @@ def request_head(method: str, target: str, host: str, headers: dict[str, str], l
     if text.count("\n") != ends or text.count("\r") != ends:
         raise ValueError("a request header name or value holds CR or LF")
     return text.encode()
+
+
+class ResponseHeadTooLarge(httpx.RemoteProtocolError):
+    """An upstream answer's head passed `MAX_RESPONSE_HEADERS` or `MAX_RESPONSE_HEAD_BYTES`."""
 
 
 class _Exchange:
@@ -178,6 +195,7 @@ class _Connection(asyncio.Protocol):
         self._until_eof = False
         self._headers: list[tuple[bytes, bytes]] = []
         self._reason = b""
+        self._head_bytes = 0  # of the answer's head so far (1xx heads included)
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -188,11 +206,27 @@ class _Connection(asyncio.Protocol):
         if self.exchange is None:  # bytes nobody asked for: the connection cannot be trusted
             self.abort()
             return
-        self.exchange.got_bytes = True
+        exchange = self.exchange
+        exchange.got_bytes = True
         try:
+            if not exchange.head.done():
+                room = MAX_RESPONSE_HEAD_BYTES - self._head_bytes
+                self._head_bytes += len(data)
+                if len(data) > room:  # the head must end within the room left
+                    self.parser.feed_data(data[:room])
+                    if not exchange.head.done():
+                        raise ResponseHeadTooLarge(
+                            f"the upstream's answer head is larger than {MAX_RESPONSE_HEAD_BYTES} bytes"
+                        )
+                    data = data[room:]
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"invalid HTTP answer from the upstream: {exc}"))
+            ours = exc.__context__  # what a callback of ours raised
+            self._fail(ours if isinstance(ours, httpx.HTTPError) else
+                       httpx.RemoteProtocolError(f"invalid HTTP answer from the upstream: {exc}"))
+            self.abort()
+        except httpx.HTTPError as exc:
+            self._fail(exc)
             self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -215,6 +249,8 @@ class _Connection(asyncio.Protocol):
         self._reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(self._headers) >= MAX_RESPONSE_HEADERS:
+            raise ResponseHeadTooLarge(f"the upstream's answer has more than {MAX_RESPONSE_HEADERS} headers")
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -222,7 +258,9 @@ class _Connection(asyncio.Protocol):
         exchange = self.exchange
         if exchange is None:
             return
-        if 100 <= status < 200 and status != 101:  # informational: the answer is still to come
+        if status == 101:  # an upgrade nothing asked for: this connection speaks something else now
+            raise httpx.RemoteProtocolError("the upstream answered 101 Switching Protocols to a plain request")
+        if 100 <= status < 200:  # informational: the answer is still to come
             self._informational = True
             return
         length = None
@@ -268,6 +306,7 @@ class _Connection(asyncio.Protocol):
         self.exchange = exchange
         self._informational = False
         self._until_eof = False
+        self._head_bytes = 0
         self.read_timeout = read_timeout
         self.last_data = now = self.loop.time()
         if read_timeout and read_timeout > 0:
