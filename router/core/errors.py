@@ -200,6 +200,11 @@ class UpstreamResponseTooLarge(UpstreamError):
     message = "The upstream answer is larger than the router relays (server.max_response_bytes)."
 
 
+class UpstreamBadResponse(UpstreamError):
+    code = "upstream_bad_response"
+    message = "The upstream answer is not what the endpoint promises (content type, framing, or cut short)."
+
+
 class NoBackendAvailable(RouterError):
     status = 503
     type = "server_error"

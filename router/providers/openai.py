@@ -5,8 +5,10 @@ provider's auth/headers set; every other field, known or not, survives
 byte for byte. Status, headers and SSE are relayed as they come, chunk by
 chunk, and so is a long whole answer with no name to rewrite (never held).
 A served-name rewrite is undone on the way back so the client sees the name
-it asked for (the whole answer parsed once, dumped once). Probed at health.path (`/v1/models` by default),
-which is also its model listing.
+it asked for (the whole answer parsed once, dumped once; a stream whole line
+by line through the shared line decoder, `framing.Lines`, capped at 16 MiB a
+line). Probed at health.path (`/v1/models` by default), which is also its
+model listing.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import httpx
 import orjson
 
 from ..core.backend import BackendSpec
-from ..core.errors import UpstreamError, UpstreamTimeout
 from ..request import Envelope
 from .base import Exchange
 from .estimate import estimated_count
-from .http import bearer_probe_headers, is_timeout, provider_headers, relay_headers, send
+from .framing import FramingError, Lines
+from .http import bearer_probe_headers, provider_headers, relay_headers, send
+from .relay import EARLY_FAILURES, failed_early, mid_stream_error
 
 # A whole answer the client may get as it comes (no name to rewrite, the door
 # relays bytes) is read whole only up to this declared length; a longer one,
@@ -89,7 +92,8 @@ class OpenAIProvider:
         if env.endpoint == "messages/count_tokens":  # no count endpoint: the marked estimate
             return estimated_count(spec, env.body, model)
         served = spec.served_name(model)
-        relay = not env.stream and env.relay_whole and served == env.model
+        rewrite = served != env.model
+        relay = not env.stream and env.relay_whole and not rewrite
         sent = await send(
             rt.transport,
             spec,
@@ -101,16 +105,27 @@ class OpenAIProvider:
             relay_over=RELAY_OVER if relay else None,
         )
         response = sent.response
+        first, lines = sent.first, None
+        if rewrite and sent.rest is not None:
+            # Rewritten whole lines at a time, the first before the client
+            # sees a byte: a stream that breaks (or passes the line cap)
+            # before its first line is still retried elsewhere.
+            lines = Lines()
+            try:
+                first = await _first_lines(lines, first, sent.rest)
+            except EARLY_FAILURES as exc:
+                await response.aclose()
+                raise failed_early(spec.name, exc) from exc
         return Exchange(
             spec=spec,
             status=response.status_code,
             headers=relay_headers(response),
             content_type=response.headers.get("content-type", "application/json"),
-            body=sent.first,
+            body=first,
             stream=sent.rest,
             close=response.aclose if sent.rest is not None else None,
             upstream_ms=sent.ms,
-            info={"served": served, "rewrite": served != env.model},
+            info={"served": served, "rewrite": rewrite, "lines": lines},
         )
 
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
@@ -137,7 +152,7 @@ class OpenAIProvider:
         return body, info
 
     def relay(self, ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
-        return _relay(ex, env, done, ex.info.get("rewrite", False))
+        return _relay(ex, env, done)
 
 
 def _model_rewriter(served: str, requested: str) -> Callable[[bytes], bytes]:
@@ -152,42 +167,49 @@ def _model_rewriter(served: str, requested: str) -> Callable[[bytes], bytes]:
     return rewrite
 
 
-async def _relay(
-    ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None], rewrite: bool
-) -> AsyncIterator[bytes]:
-    """Yield upstream chunks as they arrive. A client disconnect cancels this
+async def _first_lines(lines: Lines, first: bytes, rest: AsyncIterator[bytes]) -> bytes:
+    """The stream's first whole lines (all of it, when it ends before a newline)."""
+    block = lines.feed(first)
+    while not block:
+        try:
+            chunk = await anext(rest)
+        except StopAsyncIteration:
+            return lines.rest()
+        block = lines.feed(chunk)
+    return block
+
+
+async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
+    """Yield upstream chunks as they arrive (whole lines, with the served name
+    undone, when `start` rewrote them). A client disconnect cancels this
     generator; `finally` closes the upstream at once (CORE-10)."""
     ok: bool | None = None  # stays None when the client goes away: no verdict
     event_stream = env.stream  # else one JSON document relayed as it comes
     tail = b""
-    pending = b""
-    fix = _model_rewriter(ex.info["served"], env.model) if rewrite else None
+    lines: Lines | None = ex.info.get("lines")
+    fix = _model_rewriter(ex.info["served"], env.model) if lines is not None else None
     try:
-        chunk = ex.body
+        chunk = ex.body  # whole lines already, when rewritten
         iterator = ex.stream
         while True:
+            if fix is not None:
+                chunk = fix(chunk)
             if chunk:
-                if fix is not None:
-                    # Rewrite whole lines only; keep a partial last line back.
-                    data = pending + chunk
-                    cut = data.rfind(b"\n") + 1
-                    pending = data[cut:]
-                    chunk = fix(data[:cut])
                 tail = (tail + chunk)[-4096:]
-                if chunk:
-                    yield chunk
+                yield chunk
             try:
-                chunk = await anext(iterator)  # type: ignore[arg-type]
+                data = await anext(iterator)  # type: ignore[arg-type]
             except StopAsyncIteration:
                 break
-        if pending:
-            yield fix(pending) if fix is not None else pending
+            chunk = data if lines is None else lines.feed(data)
+        if lines is not None and fix is not None and (last := fix(lines.rest())):
+            tail = (tail + last)[-4096:]
+            yield last
         ok = True
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, FramingError) as exc:
         ok = False
         if event_stream:  # a JSON document just ends short: the client's parse fails
-            err = UpstreamTimeout if is_timeout(exc) else UpstreamError
-            yield err(f"The upstream provider failed mid-stream ({type(exc).__name__}).").to_sse()
+            yield mid_stream_error(exc).to_sse()
     finally:
         if ex.close is not None:
             await ex.close()

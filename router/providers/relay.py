@@ -17,8 +17,9 @@ from typing import Any
 
 import httpx
 
-from ..core.errors import RouterError, UpstreamError, UpstreamTimeout
+from ..core.errors import RouterError, UpstreamBadResponse, UpstreamError, UpstreamTimeout
 from .base import Exchange, UpstreamFailed
+from .framing import FramingError
 from .http import is_timeout
 
 # What reading a stream may fail with before its first client frame: the
@@ -26,10 +27,16 @@ from .http import is_timeout
 EARLY_FAILURES = (RouterError, ValueError, httpx.HTTPError)
 
 
+# A stream that is not what it promised: its framing (a line over the cap,
+# an event that is not JSON), its HTTP framing, or the router says so.
+BAD_ANSWERS = (FramingError, httpx.RemoteProtocolError, UpstreamBadResponse)
+
+
 def failed_early(name: str, exc: BaseException) -> UpstreamFailed:
     """A failure before the first frame of backend `name` → retried elsewhere."""
     timeout = isinstance(exc, httpx.HTTPError) and is_timeout(exc)
-    return UpstreamFailed(f"{name} failed before its first token: {exc}", timeout=timeout)
+    error = UpstreamBadResponse if isinstance(exc, BAD_ANSWERS) else None
+    return UpstreamFailed(f"{name} failed before its first token: {exc}", timeout=timeout, error=error)
 
 
 def mid_stream_error(exc: BaseException) -> RouterError:
@@ -38,6 +45,8 @@ def mid_stream_error(exc: BaseException) -> RouterError:
         return exc
     if isinstance(exc, httpx.HTTPError) and is_timeout(exc):
         return UpstreamTimeout("The provider timed out mid-stream.")
+    if isinstance(exc, BAD_ANSWERS):
+        return UpstreamBadResponse(f"The provider's stream is unusable: {exc}")
     return UpstreamError(f"The provider failed mid-stream ({type(exc).__name__}).")
 
 

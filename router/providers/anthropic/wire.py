@@ -1,9 +1,8 @@
 """Anthropic wire details: SSE framing, error bodies, the model list.
 
-`SseDecoder` splits on the newline *byte* (a newline never occurs inside a
-UTF-8 multi-byte sequence), so chunks may end anywhere, even mid-character;
-lines may end in CRLF. A partial line is kept as chunks and joined once its
-newline arrives, so a long event costs linear time however finely it is cut.
+`SseDecoder` is the shared line decoder's SSE reader (`framing.JsonEvents`):
+chunks may end anywhere, even mid-character; lines may end in CRLF; a long
+event costs linear time however finely it is cut, and is capped at 16 MiB.
 """
 
 from __future__ import annotations
@@ -19,71 +18,10 @@ from router.core.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from router.providers.framing import JsonEvents
+from router.providers.framing import SseError as SseError
 
-MAX_EVENT = 16 * 1024 * 1024
-
-
-class SseError(ValueError):
-    """An event's data is not a JSON object (or is far too long)."""
-
-
-class SseDecoder:
-    """Bytes in arbitrary chunks → one dict (the `data:` JSON) per event."""
-
-    __slots__ = ("_data", "_max", "_pending", "_size")
-
-    def __init__(self, max_event: int = MAX_EVENT) -> None:
-        self._pending: list[bytes] = []  # the current partial line
-        self._data: list[bytes] = []  # the data lines of the current event
-        self._size = 0
-        self._max = max_event
-
-    def feed(self, chunk: bytes) -> list[dict]:
-        if b"\n" not in chunk:
-            self._pending.append(chunk)
-            self._size += len(chunk)
-            if self._size > self._max:
-                raise SseError(f"SSE event longer than {self._max} bytes")
-            return []
-        if self._pending:
-            chunk = b"".join((*self._pending, chunk))
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        self._pending = [rest] if rest else []
-        out = []
-        for line in lines:
-            event = self._line(line.rstrip(b"\r"))
-            if event is not None:
-                out.append(event)
-        self._size = len(rest) + sum(len(d) for d in self._data)
-        if self._size > self._max:
-            raise SseError(f"SSE event longer than {self._max} bytes")
-        return out
-
-    def close(self) -> list[dict]:
-        """The last event, for a stream that did not end with a blank line."""
-        out = self.feed(b"\n") if self._pending else []
-        event = self._line(b"")
-        return out if event is None else [*out, event]
-
-    def _line(self, line: bytes) -> dict | None:
-        if line:
-            if line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-            return None  # event:, id:, retry:, comments: the data's "type" says it all
-        if not self._data:
-            return None
-        data = b"\n".join(self._data)
-        self._data = []
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise SseError(f"invalid SSE data: {data[:200]!r}") from exc
-        if not isinstance(obj, dict):
-            raise SseError(f"SSE data is not an object: {data[:200]!r}")
-        return obj
-
+SseDecoder = JsonEvents  # the shared line decoder's SSE reader (router/providers/framing.py)
 
 # Anthropic error type → (OpenAI type, code).
 _TYPES = {

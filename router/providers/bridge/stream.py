@@ -1,11 +1,12 @@
 """A Chat Completions SSE stream → Responses API stream events.
 
-`SseDecoder` cuts the chat stream's bytes into `data:` payloads (frames may
-end anywhere, even inside a UTF-8 character: the decoder splits on the
-newline byte). `ResponsesFromChat` turns the chunks into the event sequence
-OpenAI sends: response.created, response.in_progress, then per output item
-output_item.added → (content_part.added → output_text.delta / refusal.delta …
-→ *.done → content_part.done) or function_call_arguments.delta … → .done →
+`SseDecoder` (the shared line decoder's `framing.SseEvents`) cuts the chat
+stream's bytes into `data:` payloads (frames may end anywhere, even inside a
+UTF-8 character; an event is capped at 16 MiB). `ResponsesFromChat` turns
+the chunks into the event sequence OpenAI sends: response.created,
+response.in_progress, then per output item output_item.added →
+(content_part.added → output_text.delta / refusal.delta … → *.done →
+content_part.done) or function_call_arguments.delta … → .done →
 output_item.done, and finally response.completed (response.incomplete when
 the provider stopped on its token limit or a content filter). Every event
 carries a `sequence_number` counting from 0; there is no `[DONE]` sentinel.
@@ -23,66 +24,12 @@ import orjson
 
 from router.core.errors import RouterError, UpstreamError
 from router.providers.bridge.answer import INCOMPLETE, finish_response, refusal_part, usage_of
+from router.providers.framing import SseError as SseError
+from router.providers.framing import SseEvents
 from router.providers.normalized import new_id, sse_event
 from router.providers.ollama.response_object import envelope, function_item, message_item, output_text
 
-MAX_EVENT = 16 * 1024 * 1024
-
-
-class SseError(ValueError):
-    """The stream is not Server-Sent Events of JSON chat chunks."""
-
-
-class SseDecoder:
-    """Bytes in arbitrary chunks → the `data` of each complete event.
-
-    Lines end with LF or CRLF; `data:` lines of one event are joined with a
-    newline (the SSE rule); comments and other fields are skipped. A partial
-    line is kept as a list of chunks and joined once, when its newline arrives.
-    """
-
-    __slots__ = ("_data", "_data_size", "_pending", "_size")
-
-    def __init__(self) -> None:
-        self._pending: list[bytes] = []
-        self._size = 0
-        self._data: list[bytes] = []
-        self._data_size = 0
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        if b"\n" not in chunk:
-            self._pending.append(chunk)
-            self._size += len(chunk)
-            if self._size > MAX_EVENT:
-                raise SseError(f"an SSE line longer than {MAX_EVENT} bytes")
-            return []
-        if self._pending:
-            chunk = b"".join((*self._pending, chunk))
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        self._pending = [rest] if rest else []
-        self._size = len(rest)
-        out = []
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not line:
-                if self._data:
-                    out.append(b"\n".join(self._data))
-                    self._data, self._data_size = [], 0
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(b" ") else value)
-                self._data_size += len(value)
-                if self._data_size > MAX_EVENT:
-                    raise SseError(f"an SSE event longer than {MAX_EVENT} bytes")
-        return out
-
-    def close(self) -> list[bytes]:
-        """The last event, for a stream that did not end with a blank line."""
-        out = self.feed(b"\n\n") if self._pending or self._data else []
-        self._pending, self._size, self._data, self._data_size = [], 0, [], 0
-        return out
+SseDecoder = SseEvents  # the shared line decoder's SSE reader (router/providers/framing.py)
 
 
 class _Message:

@@ -1,8 +1,8 @@
 """Gemini wire details: the base URL, SSE framing, error bodies, the model list.
 
-`SseDecoder` splits on the newline *byte* (never inside a UTF-8 sequence),
-so chunks may end anywhere; a line's `\\r` is dropped, so both `\\n\\n` and
-`\\r\\n\\r\\n` (what Google's front end sends) end an event.
+`SseDecoder` is the shared line decoder's SSE reader (`framing.JsonEvents`):
+chunks may end anywhere, both `\\n\\n` and `\\r\\n\\r\\n` (what Google's front
+end sends) end an event, and an event is capped at 16 MiB.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import re
 import orjson
 
 from router.core.errors import UpstreamError
+from router.providers.framing import JsonEvents
+from router.providers.framing import SseError as SseError
 
-MAX_EVENT = 16 * 1024 * 1024
+SseDecoder = JsonEvents  # the shared line decoder's SSE reader (router/providers/framing.py)
+
 _VERSION = re.compile(r"/v\d+(?:(?:alpha|beta)\d*)?$")
 
 # Gemini's canonical status → (OpenAI error type) for the statuses it answers with.
@@ -37,78 +40,6 @@ def api_base(url: str) -> str:
 def model_path(served: str) -> str:
     """`models/<name>` (a served name may already say `models/…` or `tunedModels/…`)."""
     return served if "/" in served else f"models/{served}"
-
-
-class SseError(ValueError):
-    """An event of the stream is not a JSON object (or is far too long)."""
-
-
-class SseDecoder:
-    """Bytes in arbitrary chunks → the JSON object of each complete `data:` event.
-
-    A partial line is kept as a list of chunks and joined once its newline
-    arrives, so a long event costs linear time however finely it is chunked.
-    """
-
-    __slots__ = ("_data", "_pending", "_size")
-
-    def __init__(self) -> None:
-        self._pending: list[bytes] = []
-        self._size = 0
-        self._data: list[bytes] = []  # the data lines of the event being read
-
-    def feed(self, chunk: bytes) -> list[dict]:
-        if b"\n" not in chunk:
-            self._pending.append(chunk)
-            self._size += len(chunk)
-            if self._size > MAX_EVENT:
-                raise SseError(f"SSE line longer than {MAX_EVENT} bytes")
-            return []
-        if self._pending:
-            chunk = b"".join((*self._pending, chunk))
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        self._pending = [rest] if rest else []
-        self._size = len(rest)
-        out = []
-        for line in lines:
-            obj = self._line(line.removesuffix(b"\r"))
-            if obj is not None:
-                out.append(obj)
-        return out
-
-    def close(self) -> list[dict]:
-        """The last event, for a stream that did not end with a blank line."""
-        rest = b"".join(self._pending)
-        self._pending, self._size = [], 0
-        out = []
-        for line in (rest.removesuffix(b"\r"), b""):
-            obj = self._line(line)
-            if obj is not None:
-                out.append(obj)
-        return out
-
-    def _line(self, line: bytes) -> dict | None:
-        if not line:
-            if not self._data:
-                return None
-            data, self._data = b"\n".join(self._data), []
-            return _decode(data)
-        if line.startswith(b"data:"):
-            self._data.append(line[5:].removeprefix(b" "))
-        return None  # comments (":"), event:, id:, retry: carry nothing we use
-
-
-def _decode(data: bytes) -> dict | None:
-    if data.strip() == b"[DONE]":
-        return None
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise SseError(f"invalid SSE event: {data[:200]!r}") from exc
-    if not isinstance(obj, dict):
-        raise SseError(f"SSE event is not an object: {data[:200]!r}")
-    return obj
 
 
 def _error_of(body: bytes) -> dict:

@@ -1,7 +1,7 @@
 """Ollama wire details: NDJSON framing, error bodies, the model list.
 
-`NdjsonDecoder` splits on the newline *byte*: a newline never occurs inside a
-UTF-8 multi-byte sequence, so chunks may end anywhere, even mid-character.
+`NdjsonDecoder` is the shared line decoder's NDJSON reader
+(`framing.JsonLines`: chunks may end anywhere, a line is capped at 16 MiB).
 """
 
 from __future__ import annotations
@@ -18,62 +18,10 @@ from router.core.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from router.providers.framing import JsonLines
+from router.providers.framing import NdjsonError as NdjsonError
 
-MAX_LINE = 16 * 1024 * 1024
-
-
-class NdjsonError(ValueError):
-    """A line of the stream is not a JSON object (or is far too long)."""
-
-
-class NdjsonDecoder:
-    """Bytes in arbitrary chunks → one dict per complete line.
-
-    A partial line is kept as a list of chunks and joined once its newline
-    arrives, so a long line costs linear time however finely it is chunked.
-    """
-
-    __slots__ = ("_max_line", "_pending", "_size")
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        self._pending: list[bytes] = []
-        self._size = 0
-        self._max_line = max_line
-
-    def feed(self, data: bytes) -> list[dict]:
-        if b"\n" not in data:
-            self._pending.append(data)
-            self._size += len(data)
-            if self._size > self._max_line:
-                raise NdjsonError(f"NDJSON line longer than {self._max_line} bytes")
-            return []
-        if self._pending:
-            data = b"".join((*self._pending, data))
-        lines = data.split(b"\n")
-        rest = lines.pop()
-        self._pending = [rest] if rest else []
-        self._size = len(rest)
-        return [obj for line in lines if (obj := _decode(line)) is not None]
-
-    def close(self) -> list[dict]:
-        """The last line, for a stream that did not end with a newline."""
-        rest = b"".join(self._pending)
-        self._pending, self._size = [], 0
-        obj = _decode(rest)
-        return [] if obj is None else [obj]
-
-
-def _decode(line: bytes) -> dict | None:
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise NdjsonError(f"invalid NDJSON line: {line[:200]!r}") from exc
-    if not isinstance(obj, dict):
-        raise NdjsonError(f"NDJSON line is not an object: {line[:200]!r}")
-    return obj
+NdjsonDecoder = JsonLines  # the shared line decoder's NDJSON reader (router/providers/framing.py)
 
 
 def _message(body: bytes) -> str:

@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from router.core.errors import UpstreamError
 from router.providers.bridge import ResponsesFromChat, SseDecoder, SseError
+from router.providers.framing import LineTooLong
 from tests.router.providers.openai_shapes import exact, exact_event, responses_sse
 
 USAGE = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
@@ -285,13 +286,10 @@ def test_the_sse_decoder() -> None:
     assert decoder.close() == []
 
 
-def test_the_sse_decoder_refuses_endless_lines_and_events(monkeypatch) -> None:
-    from router.providers.bridge import stream
-
-    monkeypatch.setattr(stream, "MAX_EVENT", 64)
-    with pytest.raises(SseError):
-        SseDecoder().feed(b"data: " + b"x" * 100)
-    decoder = SseDecoder()
-    with pytest.raises(SseError):
+def test_the_sse_decoder_refuses_endless_lines_and_events() -> None:
+    with pytest.raises(LineTooLong):
+        SseDecoder(max_line=64).feed(b"data: " + b"x" * 100)
+    decoder = SseDecoder(max_line=64)
+    with pytest.raises(LineTooLong):
         for _ in range(20):
             decoder.feed(b"data: 0123456789\n")
