@@ -38,6 +38,7 @@ from ..admission import Call
 from ..core.errors import RequestTooLarge, RouterError
 from ..observe import Gaps
 from ..pipeline import Routed
+from ..providers.base import AnswerCut
 from ..runtime import get_runtime
 from . import openai
 from .responses import as_refusal
@@ -248,8 +249,11 @@ async def _relay(routed: Routed, send) -> None:
     tick = (gaps := Gaps()).tick
     routed.obs["gaps"] = gaps
     await send(start)
-    async for part in events:
-        tick(perf_counter())
-        await send({"type": "http.response.body", "body": part, "more_body": True})
+    try:
+        async for part in events:
+            tick(perf_counter())
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+    except AnswerCut:
+        return  # no last chunk: the server closes the connection, the client sees the answer cut
     await send({"type": "http.response.body", "body": b""})
 

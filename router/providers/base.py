@@ -56,6 +56,13 @@ class UpstreamFailed(Exception):
         self.error = error
 
 
+class AnswerCut(Exception):
+    """Raised by a relay after its last bytes when the upstream failed and the
+    answer has no way to say so in band (a whole JSON answer relayed as it
+    comes, not an event stream): the door must end the client's response
+    without its end, so the client sees a cut answer, never a complete one."""
+
+
 @dataclass(slots=True)
 class Exchange:
     spec: BackendSpec
@@ -94,7 +101,9 @@ class Provider(Protocol):
     ) -> AsyncIterator[bytes]:
         """A streaming answer as OpenAI wire bytes, chunk by chunk. Its `finally`
         closes the upstream and calls `done(ok, info)` exactly once (ok: True
-        ended, False failed mid-stream, None the consumer left)."""
+        ended, False failed mid-stream, None the consumer left). A failure
+        ends an event stream with an error event, anything else with
+        `AnswerCut`."""
         ...
 
     def probe_url(self, spec: BackendSpec, path: str) -> str | None:

@@ -22,6 +22,9 @@ Invariants:
   `UpstreamFailed(error=UpstreamResponseTooLarge)`, and so does a 1xx the
   client passed on (a 101) as a plain `UpstreamFailed`; either connection is
   dropped, never pooled.
+- A 2xx answer is never passed on as a success when it is not what the
+  caller `expect`s (SSE, or JSON: its media type, a whole body's first byte)
+  or its body was cut short: `UpstreamFailed(error=UpstreamBadResponse)`.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from httpx_aiohttp.transport import AiohttpResponseStream, AiohttpTransport, map_aiohttp_exceptions
 
 from ..core.backend import BackendSpec
-from ..core.errors import UpstreamResponseTooLarge
+from ..core.errors import UpstreamBadResponse, UpstreamResponseTooLarge
 from .base import UpstreamFailed
 from .plain import MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS, PlainPool, PlainStream, ResponseHeadTooLarge
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # server.max_response_bytes
+JSON = "application/json"  # what a 2xx answer may be (`send(expect=…)`)
+SSE = "text/event-stream"
 
 # The upstream answer headers a client is given: what the OpenAI and Anthropic
 # SDKs (and the code of their users) read, and nothing else (issue 34). A name
@@ -271,13 +276,16 @@ async def send(
     method: str = "POST",
     max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     relay_over: int | None = None,
+    expect: str | None = None,
 ) -> Sent:
     """Send and read up to the first byte (stream) or the whole body (at most
     `max_bytes` of it: UpstreamResponseTooLarge beyond). With `relay_over`, a
     2xx whole body longer than that (or of undeclared length) is left open
-    like a stream, for the caller to relay without holding it.
+    like a stream, for the caller to relay without holding it. With `expect`
+    (JSON or SSE), a 2xx answer of another media type is a bad answer.
 
-    Everything else that fails here is before the client saw a byte: UpstreamFailed.
+    Everything else that fails here is before the client saw a byte: UpstreamFailed
+    (`UpstreamBadResponse` for an answer cut short or of the wrong media type).
     """
     started = time.perf_counter()
     try:
@@ -304,6 +312,12 @@ async def send(
         raise UpstreamFailed(f"cannot send to {spec.name} ({type(exc).__name__})") from exc
     if not isinstance(response.stream, PlainStream):  # (the plain client checked as it read)
         await _check_head(response, spec.name)
+    if expect is not None and 200 <= response.status_code < 300 and not is_media(response, expect):
+        await response.aclose()
+        shown = response.headers.get("content-type", "no content type")[:100]
+        raise UpstreamFailed(
+            f"{spec.name} answered {response.status_code} with {shown}, not {expect}", error=UpstreamBadResponse
+        )
     iterator = None
     try:
         if (stream and response.status_code < 400) or (
@@ -323,11 +337,24 @@ async def send(
         await response.aclose()
         if is_timeout(exc):
             raise UpstreamFailed(f"timeout reading from {spec.name}", timeout=True) from exc
-        raise UpstreamFailed(f"{spec.name} closed the connection before answering") from exc
+        raise UpstreamFailed(f"{spec.name} cut its answer short: {exc}", error=UpstreamBadResponse) from exc
     except BaseException:
         await response.aclose()  # the connection is never left open (idempotent)
         raise
+    if expect == JSON and iterator is None and 200 <= response.status_code < 300 \
+            and first.lstrip()[:1] not in (b"{", b"["):
+        raise UpstreamFailed(f"{spec.name} answered {response.status_code} with a body that is not JSON",
+                             error=UpstreamBadResponse)
     return Sent(response, first, iterator, (time.perf_counter() - started) * 1000.0)
+
+
+def is_media(response: httpx.Response, expect: str) -> bool:
+    """The answer's Content-Type is `expect` (parameters aside); JSON also as
+    `application/*+json`."""
+    media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media == expect:
+        return True
+    return expect == JSON and media.startswith("application/") and media.endswith("+json")
 
 
 def _head_too_large(name: str, why: str) -> UpstreamFailed:

@@ -7,8 +7,10 @@ chunk, and so is a long whole answer with no name to rewrite (never held).
 A served-name rewrite is undone on the way back so the client sees the name
 it asked for (the whole answer parsed once, dumped once; a stream whole line
 by line through the shared line decoder, `framing.Lines`, capped at 16 MiB a
-line). Probed at health.path (`/v1/models` by default), which is also its
-model listing.
+line). A 2xx answer must be what the request asked for — SSE for `stream:
+true`, JSON otherwise — or it is a bad answer, retried elsewhere (`send`'s
+`expect`). Probed at health.path (`/v1/models` by default), which is also
+its model listing.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import orjson
 
 from ..core.backend import BackendSpec
 from ..request import Envelope
-from .base import Exchange
+from .base import AnswerCut, Exchange
 from .estimate import estimated_count
 from .framing import FramingError, Lines
-from .http import bearer_probe_headers, provider_headers, relay_headers, send
+from .http import JSON, SSE, bearer_probe_headers, provider_headers, relay_headers, send
 from .relay import EARLY_FAILURES, failed_early, mid_stream_error
 
 # A whole answer the client may get as it comes (no name to rewrite, the door
@@ -103,6 +105,7 @@ class OpenAIProvider:
             stream=env.stream,
             max_bytes=env.max_response_bytes,
             relay_over=RELAY_OVER if relay else None,
+            expect=SSE if env.stream else JSON,
         )
         response = sent.response
         first, lines = sent.first, None
@@ -182,7 +185,9 @@ async def _first_lines(lines: Lines, first: bytes, rest: AsyncIterator[bytes]) -
 async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict], None]) -> AsyncIterator[bytes]:
     """Yield upstream chunks as they arrive (whole lines, with the served name
     undone, when `start` rewrote them). A client disconnect cancels this
-    generator; `finally` closes the upstream at once (CORE-10)."""
+    generator; `finally` closes the upstream at once (CORE-10). A failure
+    ends an event stream with an error event, a JSON document with
+    `AnswerCut` (its client must see it cut, not complete)."""
     ok: bool | None = None  # stays None when the client goes away: no verdict
     event_stream = env.stream  # else one JSON document relayed as it comes
     tail = b""
@@ -208,8 +213,9 @@ async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict]
         ok = True
     except (httpx.HTTPError, FramingError) as exc:
         ok = False
-        if event_stream:  # a JSON document just ends short: the client's parse fails
-            yield mid_stream_error(exc).to_sse()
+        if not event_stream:
+            raise AnswerCut(f"{ex.spec.name} broke off its answer: {exc}") from exc
+        yield mid_stream_error(exc).to_sse()
     finally:
         if ex.close is not None:
             await ex.close()

@@ -21,7 +21,7 @@ from ...core.errors import RouterError, UpstreamError
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange
-from ..http import relay_headers, send
+from ..http import JSON, SSE, relay_headers, send
 from ..relay import EARLY_FAILURES, failed_early, mid_stream_error
 from .upstream import api_base, request_headers
 
@@ -40,6 +40,7 @@ async def count(rt, spec: BackendSpec, env: Envelope, served: str, own: dict | N
         headers=request_headers(spec, _forwarded(env, own)),
         stream=False,
         max_bytes=env.max_response_bytes,
+        expect=JSON,
     )
     response = sent.response
     return Exchange(
@@ -72,6 +73,7 @@ async def as_is(rt, spec: BackendSpec, env: Envelope, served: str, own: dict) ->
         headers=request_headers(spec, _forwarded(env, own)),
         stream=env.stream,
         max_bytes=env.max_response_bytes,
+        expect=SSE if env.stream else JSON,  # relayed as it is: only what the request asked for
     )
     response, ms = sent.response, sent.ms
     info: dict[str, Any] = {"served": served, "adapter": "anthropic"}

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from ...core.backend import BackendSpec
-from ...core.errors import RouterError, UnsupportedParameter
+from ...core.errors import RouterError, UnsupportedParameter, UpstreamBadResponse
 from ...request import Envelope
 from .. import anthropic  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
@@ -93,7 +93,9 @@ class AnthropicProvider:
                     orjson.loads(first), model=env.model, completion_id=anthropic.new_id("chatcmpl-"), created=now
                 )
             except (orjson.JSONDecodeError, RouterError) as exc:
-                raise UpstreamFailed(f"{spec.name} answered something unusable: {exc}") from exc
+                raise UpstreamFailed(
+                    f"{spec.name} answered something unusable: {exc}", error=UpstreamBadResponse
+                ) from exc
             info["usage"] = out["usage"]
             return Exchange(spec, 200, [], "application/json", orjson.dumps(out), upstream_ms=ms, info=info)
         # Streaming: translate the events; read until the first frame exists so

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ...core.backend import BackendSpec
-from ...core.errors import RouterError, UnsupportedParameter
+from ...core.errors import RouterError, UnsupportedParameter, UpstreamBadResponse
 from ...request import Envelope
 from .. import gemini  # this package's pure conversions (its __init__)
 from ..base import WIRE_ANTHROPIC, Exchange, UpstreamFailed
@@ -150,7 +150,9 @@ class GeminiProvider:
                 spec, blocked.status, [], "application/json", orjson.dumps(blocked.to_dict()), upstream_ms=ms, info=info
             )
         except (ValueError, RouterError) as exc:  # orjson's decode error is a ValueError
-            raise UpstreamFailed(f"{spec.name} answered something unusable: {exc}") from exc
+            raise UpstreamFailed(
+                f"{spec.name} answered something unusable: {exc}", error=UpstreamBadResponse
+            ) from exc
         info["usage"] = out.get("usage")
         return Exchange(spec, 200, [], "application/json", orjson.dumps(out), upstream_ms=ms, info=info)
 

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ...core.backend import BackendSpec
-from ...core.errors import RouterError, UnsupportedParameter
+from ...core.errors import RouterError, UnsupportedParameter, UpstreamBadResponse
 from ...request import Envelope
 from .. import ollama  # this package's pure conversions (its __init__)
 from ..base import Exchange, UpstreamFailed
@@ -91,7 +91,9 @@ class OllamaProvider:
                 else:
                     out = ollama.embeddings(answer, model=env.model, encoding_format=env.body.get("encoding_format"))
             except (orjson.JSONDecodeError, RouterError) as exc:
-                raise UpstreamFailed(f"{spec.name} answered something unusable: {exc}") from exc
+                raise UpstreamFailed(
+                    f"{spec.name} answered something unusable: {exc}", error=UpstreamBadResponse
+                ) from exc
             info["usage"] = out.get("usage")
             return Exchange(spec, 200, [], "application/json", orjson.dumps(out), upstream_ms=ms, info=info)
         # Streaming: turn NDJSON into SSE; read until the first frame exists so
