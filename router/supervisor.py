@@ -5,6 +5,11 @@ Invariants:
   SIGTERM when the supervisor dies, even by SIGKILL (PR_SET_PDEATHSIG), so a
   node never leaves orphans; stopping signals each whole group, then kills
   what is left after the grace period.
+- A stop drains: the children marked `stop_first` (the tasks process, which
+  deregisters the node from the AppProxy coordinator as it exits) are
+  stopped and waited for first, up to `first_s`; only then does every other
+  child get SIGTERM (the web stops accepting and finishes what is in flight
+  within its own grace, which the caller makes shorter than `grace_s`).
 - Start is all or nothing: a child that exits within its start window (or a
   web child whose port does not accept connections by then) is a start
   failure — everything started is stopped and the caller exits non-zero.
@@ -44,6 +49,7 @@ class ChildSpec:
     argv: list[str]
     listen: tuple[str, int] | None = None  # must accept connections to count as started
     start_window_s: float = 3.0
+    stop_first: bool = False  # stopped (and waited for) before the others at a stop
 
 
 @dataclass
@@ -185,24 +191,34 @@ class Supervisor:
             self.say(f"router: node state not written: {exc}")
 
     @staticmethod
+    def _wait(procs: list[subprocess.Popen], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for proc in procs:
+            try:
+                proc.wait(max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+    @staticmethod
     def _kill_group(proc: subprocess.Popen, sig: int) -> None:
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM every child's group, SIGKILL what is left after grace_s."""
-        live = [c.proc for c in self.children if c.proc is not None]
-        for proc in live:
+    def stop(self, grace_s: float = 10.0, first_s: float = 10.0) -> None:
+        """SIGTERM the `stop_first` children's groups and wait for them (at
+        most first_s), then every other child's group; SIGKILL what is left
+        grace_s after that."""
+        first = [c.proc for c in self.children if c.proc is not None and c.spec.stop_first]
+        rest = [c.proc for c in self.children if c.proc is not None and not c.spec.stop_first]
+        for proc in first:
             self._kill_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for proc in live:
-            try:
-                proc.wait(max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in live:
+        self._wait(first, first_s)
+        for proc in rest:
+            self._kill_group(proc, signal.SIGTERM)
+        self._wait(first + rest, grace_s)
+        for proc in first + rest:
             self._kill_group(proc, signal.SIGKILL)  # stragglers, grandchildren included
             try:
                 proc.wait(5)

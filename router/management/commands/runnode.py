@@ -12,6 +12,14 @@ clear error and a non-zero exit. After start, a child that dies is restarted
 with backoff while the others keep serving; the children's states go to the
 node state file (/readyz detail, /status, dashboard). Ctrl-C or SIGTERM stops
 every child's process group; children also die with runnode (PDEATHSIG).
+
+A stop drains (docs/operations.md, "Supervision"): with AppProxy on, the
+tasks process is stopped first — it deregisters the node from the
+coordinator as it exits — then the others; the web stops accepting and gives
+the requests in flight ROUTER_STOP_GRACE seconds (uvicorn's
+--timeout-graceful-shutdown) before it cuts what is left, each with an error
+(router ShuttingDown). The supervisor waits that long plus STOP_MARGIN_S
+before it kills anything.
 """
 
 from __future__ import annotations
@@ -47,6 +55,29 @@ DEMO_BACKENDS = [
 WEB_START_WINDOW_S = float(os.environ.get("ROUTER_WEB_START_SECONDS", "60"))
 CHILD_START_WINDOW_S = float(os.environ.get("ROUTER_CHILD_START_SECONDS", "3"))
 KEYSPACE_CHECK_S = 5.0
+STOP_GRACE_DEFAULT = 30
+# The supervisor's wait past the web's grace before it kills: the web's own
+# shutdown after the grace (the cut requests' last frames, the runtime's
+# stop), the tasks process's warm shutdown.
+STOP_MARGIN_S = 10.0
+# How long a stop waits for the tasks process (its deregistration) before it
+# stops the web anyway.
+DEREGISTER_WAIT_S = 10.0
+
+
+def stop_grace(env) -> int:
+    """ROUTER_STOP_GRACE: whole seconds a stopping web process gives the
+    requests in flight; a bad value fails the start, naming the variable."""
+    raw = (env.get("ROUTER_STOP_GRACE") or "").strip()
+    if not raw:
+        return STOP_GRACE_DEFAULT
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise CommandError(f"ROUTER_STOP_GRACE must be a whole number of seconds >= 0, got {raw!r}.")
+    return value
 
 
 def demo_backends(cfg) -> list[list[str]]:
@@ -77,6 +108,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-tasks", action="store_true", help="don't start the Celery worker and beat")
 
     def handle(self, *args, **opts):
+        opts["stop_grace"] = grace = stop_grace(os.environ)
         path = resolve_config_path()
         try:
             cfg, _ = load(path)
@@ -107,12 +139,16 @@ class Command(BaseCommand):
                           write_state=lambda state: write_state(settings.ROUTER_NODE_STATE_FILE, state),
                           say=lambda line: self.stderr.write(line))
         self.stdout.write(f"router: config {path}\nrouter: starting {', '.join(s.name for s in specs)}")
+        def stop_node() -> None:
+            self.stdout.write(f"router: stopping (requests in flight get up to {grace}s)")
+            node.stop(grace_s=grace + STOP_MARGIN_S, first_s=DEREGISTER_WAIT_S)
+
         try:
             node.start(should_stop=lambda: stopping)
         except StartFailure as exc:
             raise CommandError(f"node not started: {exc}") from None
         if stopping:
-            node.stop()
+            stop_node()
             sys.exit(0)
         self.stdout.write(
             f"router: /v1 at http://{host}:{port}/v1   dashboard: http://{host}:{port}/dashboard/\n"
@@ -128,7 +164,7 @@ class Command(BaseCommand):
                 node.tick()
                 time.sleep(0.2)
         finally:
-            node.stop()
+            stop_node()
         sys.exit(0)
 
     def _metrics_dir(self, opts) -> None:
@@ -154,24 +190,30 @@ class Command(BaseCommand):
         if opts["server"] == "uvicorn":
             web = [py, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
                    "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning",
-                   "--timeout-graceful-shutdown", "30",
+                   "--timeout-graceful-shutdown", str(opts["stop_grace"]),
                    # The client IP is ours to derive (server.trusted_proxies); uvicorn
                    # would otherwise rewrite the peer from X-Forwarded-For sent via 127.0.0.1.
                    "--no-proxy-headers"]
             if opts["workers"] > 1:
                 web += ["--workers", str(opts["workers"])]
         else:
+            # daphne has no graceful stop: at SIGTERM it cancels every request at
+            # once, and each ends with its error (no grace).
             web = [py, "-m", "daphne", "-b", host, "-p", str(port), "config.asgi:application"]
         specs.append(ChildSpec("web", web, listen=(host, port), start_window_s=WEB_START_WINDOW_S))
+        appproxy = bool((cfg.appproxy or {}).get("enabled") or (cfg.appproxy_router or {}).get("enabled"))
         if not opts["no_tasks"]:
+            # With AppProxy, the tasks process deregisters the node as it exits
+            # (appproxy.tasks): it goes first, so the coordinator stops sending
+            # traffic before the web stops accepting it.
             specs.append(ChildSpec("tasks", [py, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
                                              "--concurrency", "4", "--loglevel", "WARNING", "--without-mingle",
                                              "--without-gossip", "-n", f"tasks-{settings.ROUTER_NODE_ID}@%h"],
-                                   start_window_s=CHILD_START_WINDOW_S))
+                                   start_window_s=CHILD_START_WINDOW_S, stop_first=appproxy))
             specs.append(ChildSpec("beat", [py, "-m", "celery", "-A", "config", "beat", "--loglevel", "WARNING",
                                             "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
                                    start_window_s=CHILD_START_WINDOW_S))
-        if (cfg.appproxy or {}).get("enabled") or (cfg.appproxy_router or {}).get("enabled"):
+        if appproxy:
             specs.append(ChildSpec("events", [py, "manage.py", "runworker", "appproxy"],
                                    start_window_s=CHILD_START_WINDOW_S))
         return specs
