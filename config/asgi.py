@@ -16,6 +16,7 @@
   request (daphne has no lifespan).
 """
 
+import asyncio
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -80,6 +81,12 @@ async def application(scope, receive, send):
                 server.settle_gc()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                # uvicorn has just cancelled the requests that outlived its grace
+                # (ROUTER_STOP_GRACE): each still writes its last frame (a 503,
+                # an error event) before the runtime and the loop go.
+                until = asyncio.get_running_loop().time() + 2.0
+                while server.admission.in_flight and asyncio.get_running_loop().time() < until:
+                    await asyncio.sleep(0.01)
                 await get_runtime().stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

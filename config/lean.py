@@ -32,6 +32,7 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.urls import set_script_prefix
 
 from router.frontends.direct import body_limit, declared_length, send_too_large
+from router.frontends.responses import RoutedStream, stopped_response
 
 # The Django releases this handler was read against: [from, to). Outside it,
 # tests/config/test_lean.py fails until someone re-reads Django's handlers.
@@ -77,8 +78,11 @@ class LeanASGIHandler(ASGIHandler):
             await self.send_response(error_response, send)
             return
 
+        answer: list = []  # the view's response, once it has one
+
         async def process_request() -> object:
             response = await self.run_get_response(request)
+            answer.append(response)
             if not (response.streaming or response.status_code in (204, 304) or response.has_header("Content-Length")):
                 # What CommonMiddleware does on Django's full path: a length,
                 # not chunked framing, for a body that is already whole.
@@ -92,7 +96,15 @@ class LeanASGIHandler(ASGIHandler):
         # As Django does: a client disconnect cancels the view / the stream.
         listener = asyncio.create_task(self.listen_for_disconnect(receive))
         worker = asyncio.create_task(process_request())
-        await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Not the client's (that ends the listener): the server stops.
+            listener.cancel()
+            await _stopped(self, scope, send, worker, answer)
+            body_file.close()
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return
         for task in (listener, worker):
             if task.done():
                 try:
@@ -151,3 +163,24 @@ class LeanASGIHandler(ASGIHandler):
 
 class _TooLarge(Exception):
     pass
+
+
+async def _stopped(handler: LeanASGIHandler, scope, send, worker: asyncio.Task, answer: list) -> None:
+    """End a request the server's stop cut, as the direct paths do
+    (router/frontends/direct.py): a relayed stream ends with its door's error
+    event (`RoutedStream.stop`), a request with no answer yet gets a 503
+    `server_shutting_down` in its door's shape, an answer under way
+    otherwise just ends."""
+    if answer and isinstance(answer[0], RoutedStream):
+        answer[0].stop()
+    worker.cancel()
+    await asyncio.wait((worker,))  # its own ending; a second cancellation of ours still raises
+    if not worker.cancelled():
+        worker.exception()  # retrieved: whatever the view raised on its way out is not ours to log
+    if answer:
+        answer[0].close()
+        return
+    try:
+        await handler.send_response(stopped_response(scope["path"]), send)
+    except (OSError, RuntimeError):  # the connection is gone
+        pass

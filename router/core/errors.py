@@ -219,6 +219,17 @@ class NotReady(RouterError):
     message = "The router has not loaded its routing state yet."
 
 
+class ShuttingDown(RouterError):
+    """The web process stopped before the answer was done: its graceful
+    stop's grace (ROUTER_STOP_GRACE) ran out. As a status (nothing was sent
+    yet) or as the event that ends a stream the stop cut."""
+
+    status = 503
+    type = "server_error"
+    code = "server_shutting_down"
+    message = "The router is shutting down; retry the request."
+
+
 class UpstreamTimeout(RouterError):
     status = 504
     type = "server_error"

@@ -21,8 +21,13 @@ gets a listener task; a client that goes away then cancels the serving task
 while it awaits the upstream or relays a stream, and the upstream is closed
 and the slot freed (`Routed.aclose`, idempotent) with no verdict against
 the backend, exactly as through Django. A quicker answer never needs the
-listener, and none is made. A cancellation that is not the client's (server
-shutdown) is passed on.
+listener, and none is made.
+
+A cancellation that is not the client's is the server's: uvicorn cancels
+what still runs when its graceful stop's grace (ROUTER_STOP_GRACE) is over,
+daphne at once. Such a request is told (`_stopped`): a 503
+`server_shutting_down` when no answer began, the error event that ends an
+event stream under way; then it ends normally, never as a bare cut.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Any
 from django.conf import settings
 
 from ..admission import Call
-from ..core.errors import RequestTooLarge, RouterError
+from ..core.errors import RequestTooLarge, RouterError, ShuttingDown
 from ..observe import Gaps
 from ..pipeline import Routed
 from ..providers.base import AnswerCut
@@ -181,8 +186,8 @@ async def serve(scope: dict[str, Any], receive, send, endpoint: str) -> None:
         routed = result
         await _relay(routed, send)
     except asyncio.CancelledError:
-        if not watch.gone:
-            raise  # not the client's: the server is shutting down
+        if not watch.gone:  # not the client's: the server stops (module doc)
+            await _stopped(send, routed)
         task.uncancel()
     except Exception as exc:  # a bug of ours: an OpenAI-shaped 500, never a traceback to the client
         log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
@@ -197,6 +202,21 @@ async def serve(scope: dict[str, Any], receive, send, endpoint: str) -> None:
         watch.stop()
         if routed is not None:
             await routed.aclose()  # idempotent: frees the slot and the upstream if the relay did not
+
+
+async def _stopped(send, routed: Routed | None) -> None:
+    """What a request the server's stop cut is told: a 503 before any answer
+    (`routed` not yet set), the event that ends an event stream under way;
+    a whole answer under way just ends. (A send deadline that could not
+    abort its transport, config/deadlines.py, cancels the same way; that
+    client does not read, and the frame waits out one more deadline.)"""
+    try:
+        if routed is None:
+            await send_error(send, ShuttingDown())
+        elif routed.streaming and routed.content_type.startswith("text/event-stream"):
+            await send({"type": "http.response.body", "body": ShuttingDown().to_sse(), "more_body": False})
+    except (OSError, RuntimeError):  # the connection is gone, or the answer had not begun as we thought
+        pass
 
 
 async def send_error(send, exc: RouterError) -> None:

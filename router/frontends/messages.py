@@ -30,7 +30,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import tracing
 from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
-from ..core.errors import RequestTooLarge, RouterError, UpstreamError, UpstreamResponseTooLarge
+from ..core.errors import RequestTooLarge, RouterError, ShuttingDown, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
 from ..providers.base import WIRE_ANTHROPIC
 from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # Set by us on the converted response, or meaningless after conversion.
 _NOT_COPIED = frozenset({"content-type", "content-length"})
+# The event that ends a stream the server's stop cuts (RoutedStream.stop).
+_CUT = anthropic.error_frame(anthropic.error_type(ShuttingDown.status), ShuttingDown.message)
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> HttpResponse:
@@ -124,7 +126,8 @@ def _render(routed: Routed, conversion: anthropic.Conversion) -> HttpResponseBas
     response: HttpResponseBase
     if routed.exchange.wire == WIRE_ANTHROPIC:  # the provider's own Anthropic answer: as it came
         if routed.streaming:
-            response = RoutedStream(routed.events(), routed, status=routed.status, content_type=routed.content_type)
+            response = RoutedStream(routed.events(), routed, status=routed.status, content_type=routed.content_type,
+                                    cut=_CUT)
         else:
             response = HttpResponse(routed.body(), status=routed.status, content_type=routed.content_type)
     elif routed.env.endpoint == "messages/count_tokens":  # an OpenAI-shaped refusal of the count
@@ -139,7 +142,8 @@ def _render(routed: Routed, conversion: anthropic.Conversion) -> HttpResponseBas
             status=routed.status, event_stream=routed.content_type.startswith("text/event-stream"),
             max_bytes=routed.env.max_response_bytes,
         )
-        response = RoutedStream(chunks, routed, status=routed.status, content_type="text/event-stream; charset=utf-8")
+        response = RoutedStream(chunks, routed, status=routed.status, content_type="text/event-stream; charset=utf-8",
+                                cut=_CUT)
     else:
         response = _single(routed, conversion, message_id)
     for name, value in routed.headers:

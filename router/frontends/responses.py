@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from time import perf_counter
@@ -10,9 +11,10 @@ from typing import TypeVar
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
-from ..core.errors import RouterError, UpstreamError
+from ..core.errors import RouterError, ShuttingDown, UpstreamError
 from ..observe import Gaps
 from ..pipeline import Routed
+from . import anthropic
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,17 @@ def error_response(exc: RouterError) -> HttpResponse:
     for name, value in exc.headers.items():
         response[name] = value
     return response
+
+
+def stopped_response(path: str) -> HttpResponse:
+    """The 503 of a request the server's stop cut before its answer began,
+    in the shape of the door `path` belongs to (as router/api.py tells them
+    apart: `/v1/messages` is Anthropic's)."""
+    exc = ShuttingDown()
+    if path.startswith("/v1/messages"):
+        body = anthropic.error_body(exc.status, exc.message)
+        return HttpResponse(body, status=exc.status, content_type="application/json")
+    return error_response(exc)
 
 
 R = TypeVar("R", bound=HttpResponseBase)
@@ -45,23 +58,44 @@ class RoutedStream(StreamingHttpResponse):
     Iterated by the ASGI handler, it times the gaps between the chunks it
     hands on to the client (the inter-token latency, docs/metrics.md): one
     clock read and a few adds per chunk into the observation's `Gaps`,
-    which the drainer turns into the histogram."""
+    which the drainer turns into the histogram.
 
-    def __init__(self, content: AsyncIterator[bytes], routed: Routed, *, status: int, content_type: str) -> None:
+    A stream the server cuts when its graceful stop runs out (`stop()`, then
+    the cancellation) ends with `cut`, the door's own error event (OpenAI's
+    `data: {"error": …}` unless the door gives another), instead of just
+    stopping; a stream that is not an event stream has nothing to end with."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], routed: Routed, *, status: int, content_type: str,
+        cut: bytes | None = None,
+    ) -> None:
         super().__init__(content, status=status, content_type=content_type)
         self.routed = routed
         self.gaps = routed.obs["gaps"] = Gaps()
+        self.stopping = False
+        self.cut: bytes | None = None
         if content_type.startswith("text/event-stream"):
             self["Cache-Control"] = "no-cache"
             self["X-Accel-Buffering"] = "no"
+            self.cut = ShuttingDown().to_sse() if cut is None else cut
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[override]
         # Django's own __aiter__ wraps the content in two generators (one to
         # make bytes, which the relays already yield); this one replaces both.
         tick = self.gaps.tick
-        async for part in self._iterator:
-            tick(perf_counter())
-            yield part
+        try:
+            async for part in self._iterator:
+                tick(perf_counter())
+                yield part
+        except asyncio.CancelledError:
+            if not self.stopping or self.cut is None:
+                raise  # the client went away: nobody to tell
+            yield self.cut  # the relay below has closed the upstream and freed the slot
+
+    def stop(self) -> None:
+        """The server is about to cancel this stream because it stops: the
+        cancellation is then not a client's, and the stream ends with `cut`."""
+        self.stopping = True
 
     def close(self) -> None:
         super().close()
