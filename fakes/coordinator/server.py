@@ -34,6 +34,7 @@ from .state import (
     RUNTIME_KEY,
     STATE_KEY,
     CoordinatorState,
+    Deregistration,
     FakeConfig,
     PublishedEvent,
     ReceivedAck,
@@ -233,6 +234,11 @@ class FakeCoordinator:
     def acks(self) -> list[ReceivedAck]:
         with self.state.lock:
             return [copy.copy(a) for a in self.state.acks]
+
+    def deregistrations(self) -> list[Deregistration]:
+        """Every accepted DELETE /api/worker/{id}, with its monotonic time."""
+        with self.state.lock:
+            return [copy.copy(d) for d in self.state.deregistrations]
 
     def dropped(self) -> list[str]:
         with self.state.lock:

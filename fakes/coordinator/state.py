@@ -57,6 +57,15 @@ class ReceivedAck:
 
 
 @dataclass
+class Deregistration:
+    """One accepted DELETE /api/worker/{id} (``node_id`` for a ROUTER node)."""
+
+    authority: str
+    node_id: str | None
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
 class CoordinatorState:
     """Everything the fake remembers; survives a restart of the HTTP server.
 
@@ -72,6 +81,7 @@ class CoordinatorState:
     events: list[PublishedEvent] = field(default_factory=list)
     acks: list[ReceivedAck] = field(default_factory=list)
     dropped: list[tuple[str, bytes]] = field(default_factory=list)  # (reason, data)
+    deregistrations: list[Deregistration] = field(default_factory=list)
     suppress: int = 0
     router: RouterState = field(default_factory=RouterState)
 

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from .bodies import NodeBody, WorkerRequest, json_response, load_json, parse, validate
 from .errors import invalid, not_found
-from .state import CONFIG_KEY, STATE_KEY, CoordinatorState, check_router_workers, now_iso
+from .state import CONFIG_KEY, STATE_KEY, CoordinatorState, Deregistration, check_router_workers, now_iso
 
 log = logging.getLogger(__name__)
 
@@ -222,11 +222,13 @@ async def delete_worker(request: web.Request) -> web.Response:
             nodes.pop(node_id, None)
             if not nodes:
                 row["status"] = "LOST"
+            state.deregistrations.append(Deregistration(row["authority"], node_id))
         return json_response({"success": True})
     with state.lock:
         row["nodes"] -= 1
         if row["nodes"] <= 0:
             row["status"] = "LOST"
+        state.deregistrations.append(Deregistration(row["authority"], None))
     return json_response({"success": True})
 
 
