@@ -9,6 +9,10 @@ Each request ends in exactly one bucket:
 
 A lost request is the one a gateway must never produce: the client cannot
 tell what happened to it.
+
+`stop_sending()` lets the requests in flight run to their end and starts no
+new one (a node being stopped: its balancer sends new requests elsewhere);
+`unanswered` counts the requests sent whose status has not arrived yet.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Load:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._unanswered = 0
 
     def __enter__(self) -> Load:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="fault-load", daemon=True)
@@ -61,6 +66,31 @@ class Load:
             self._thread.join(self.timeout + 30)
             self._thread = None
         return self.counts
+
+    def stop_sending(self) -> None:
+        """No new request from now on; those in flight go on to their end."""
+        with self._lock:
+            self._stop.set()
+
+    @property
+    def unanswered(self) -> int:
+        with self._lock:
+            return self._unanswered
+
+    def _begin(self) -> bool:
+        """One more request, unless told to stop (checked and counted under
+        the lock: after `stop_sending()` every request sent is counted)."""
+        with self._lock:
+            if self._stop.is_set():
+                return False
+            self._unanswered += 1
+            return True
+
+    def _answered(self, pending: list[int]) -> None:
+        if pending:
+            pending.clear()
+            with self._lock:
+                self._unanswered -= 1
 
     def ok_after(self, t: float) -> int:
         with self._lock:
@@ -85,18 +115,22 @@ class Load:
 
     async def _worker(self, client: httpx.AsyncClient) -> None:
         body = {"model": self.model, "messages": [{"role": "user", "content": "hi"}], "stream": self.stream}
-        while not self._stop.is_set():
+        while self._begin():
+            pending = [1]  # this request's status has not arrived yet
             try:
                 if self.stream:
-                    await self._one_stream(client, body)
+                    await self._one_stream(client, body, pending)
                 else:
-                    await self._one(client, body)
+                    await self._one(client, body, pending)
             except httpx.HTTPError as exc:
                 self._add("lost", reason=type(exc).__name__)
                 await asyncio.sleep(0.05)  # a refused connection fails at once: do not spin
+            finally:
+                self._answered(pending)
 
-    async def _one(self, client: httpx.AsyncClient, body: dict) -> None:
+    async def _one(self, client: httpx.AsyncClient, body: dict, pending: list[int]) -> None:
         response = await client.post(self.url + "/v1/chat/completions", json=body, headers=self.headers)
+        self._answered(pending)
         try:
             data = orjson.loads(response.content)
         except orjson.JSONDecodeError:
@@ -109,9 +143,10 @@ class Load:
         else:
             self._add("lost", response.status_code, reason="unexpected-body")
 
-    async def _one_stream(self, client: httpx.AsyncClient, body: dict) -> None:
+    async def _one_stream(self, client: httpx.AsyncClient, body: dict, pending: list[int]) -> None:
         async with client.stream("POST", self.url + "/v1/chat/completions", json=body,
                                  headers=self.headers) as response:
+            self._answered(pending)
             raw = b"".join([chunk async for chunk in response.aiter_bytes()])
         if response.status_code != 200:
             try:

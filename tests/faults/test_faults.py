@@ -225,3 +225,39 @@ def test_tasks_and_beat_killed_under_load(openai_backends, report):
         assert ok, (c, back)
     finally:
         node.stop()
+
+
+@pytest.mark.parametrize(("grace", "seconds"), [(30, 12.0), (1, 12.0)], ids=["within-grace", "past-grace"])
+def test_graceful_stop_under_streaming_load(openai_backends, report, grace, seconds):
+    """A whole node (`runnode`) stopped with SIGTERM under a steady streaming
+    load. The loop stops sending as the stop begins (a balancer would send
+    new requests elsewhere); every stream then in flight ends with [DONE]
+    within ROUTER_STOP_GRACE, or with an error event past it: none is lost,
+    and the node exits 0. The streams outlast the 10 s after which the
+    supervisor used to kill the web."""
+    (a,) = named(openai_backends, "a")
+    a.server.behavior.chunk_delay_s = 0.25
+    a.server.behavior.chunks = int(seconds / 0.25)
+    node = NodeProc(config=config(a), env={"ROUTER_STOP_GRACE": str(grace)}).start()
+    try:
+        with Load(node.url, stream=True, concurrency=8, timeout=60) as load:
+            wait_until(lambda: load.counts.ok >= 8, 120, what="load warmed up")
+            load.stop_sending()
+            wait_until(lambda: load.unanswered == 0, 60, what="every request sent to have its status")
+            sent_before = load.counts.sent
+            node.proc.send_signal(signal.SIGTERM)
+            try:
+                exited = node.proc.wait(grace + 60) == 0
+            except subprocess.TimeoutExpired:
+                exited = False
+        c = load.counts
+        in_flight = c.sent - sent_before
+        if grace >= seconds:
+            ok = exited and in_flight > 0 and c.lost == 0 and c.failed == 0
+        else:  # the streams in flight past the grace were cut, each with its error event
+            ok = exited and in_flight > 0 and c.lost == 0 and c.failed >= 1
+        report(f"runnode SIGTERM: {seconds:g} s streams, {grace} s grace", c, ok,
+               f"in flight at SIGTERM: {in_flight}; exited 0: {'yes' if exited else 'NO'}; {c.lost_reasons or ''}")
+        assert ok, (c, in_flight, exited)
+    finally:
+        node.stop()
