@@ -8,9 +8,15 @@
   (config.lean): same URLconf and views, no middleware or thread hops.
 - Everything else (dashboard, admin, /status) goes through full Django.
 - Before any of that (and before any Django work), config.server's limits:
-  an over-large request head is a 431 on every server, and past
-  ROUTER_MAX_CONCURRENT in-flight `/v1` requests a new one is a fast 503 +
-  Retry-After (probes are never shed).
+  an over-large request head is a 431 on every server.
+- A `/v1` request, in this order: its head alone may refuse it
+  (`admission.precheck`: a blocking gate's 401s), before a body byte is
+  awaited; its body must arrive within ROUTER_BODY_TIMEOUT (408) and every
+  write to its client complete within ROUTER_SEND_TIMEOUT
+  (config/deadlines.py); and only once its body is whole does it take one of
+  the ROUTER_MAX_CONCURRENT admission slots (past them a fast 503 +
+  Retry-After), so a client that is still sending, or sends nothing, holds no
+  slot. Probes are never shed.
 - Each web process starts its routing runtime in its own event loop: on ASGI
   lifespan startup where the server supports it (uvicorn), else on the first
   request (daphne has no lifespan).
@@ -26,9 +32,12 @@ from django.core.asgi import get_asgi_application
 django_app = get_asgi_application()
 
 from config import server  # noqa: E402
+from config.deadlines import BODY, Guard  # noqa: E402
 from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
+from router.admission import precheck  # noqa: E402
+from router.core.errors import ShuttingDown  # noqa: E402
 from router.frontends import direct  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 
@@ -55,18 +64,7 @@ async def application(scope, receive, send):
         await get_runtime().start()  # idempotent: returns at once after the first call
         path = scope["path"]
         if path.startswith("/v1/"):
-            if not server.admission.try_enter(lim.max_concurrent):
-                await server.send_refusal(send, 503, server.overloaded_body(),
-                                          [(b"retry-after", str(lim.retry_after_s).encode())])
-                return
-            try:
-                endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
-                if endpoint is not None:
-                    await direct.serve(scope, receive, send, endpoint)
-                else:
-                    await lean_app(scope, receive, send)
-            finally:
-                server.admission.leave()
+            await serve_v1(scope, receive, send, path, lim)
         elif path in LEAN_PATHS:
             await lean_app(scope, receive, send)
         elif path.startswith("/static/"):
@@ -92,3 +90,38 @@ async def application(scope, receive, send):
                 return
     elif kind == "websocket":
         await websocket_app(scope, receive, send)
+
+
+async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
+    """One `/v1` request: the head's refusals, the body within its deadline,
+    then an admission slot for as long as it is served (the module doc)."""
+    refusal = precheck(scope)
+    if refusal is not None:
+        await direct.send_head_refusal(path, send, refusal)
+        return
+    guard = Guard(scope, receive, send, body_s=lim.body_timeout_s, send_s=lim.send_timeout_s)
+    try:
+        endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
+        if endpoint is not None:
+            raw = await direct.read_request(scope, guard.receive, guard.send)
+            if raw is None:  # refused (413) or gone
+                return
+            if not server.admission.try_enter(lim.max_concurrent):
+                await server.send_overloaded(guard.send, lim)
+                return
+            try:
+                await direct.serve(scope, guard.receive, guard.send, endpoint, raw)
+            finally:
+                server.admission.leave()
+        else:
+            await lean_app.handle(scope, guard.receive, guard.send, admit=lim)
+    except asyncio.CancelledError:
+        if guard.expired is None and guard.answered:
+            raise  # the server's stop, and the door has said what it had to
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        if guard.expired is None:  # the server's stop, before the door answered (its body still arriving)
+            await direct.send_head_refusal(path, send, ShuttingDown())
+        elif guard.expired == BODY:
+            await server.send_refusal(send, 408, server.body_timeout_body(lim), ((b"connection", b"close"),))
+    finally:
+        guard.close()

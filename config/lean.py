@@ -31,6 +31,7 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
 from django.urls import set_script_prefix
 
+from config import server
 from router.frontends.direct import body_limit, declared_length, send_too_large
 from router.frontends.responses import RoutedStream, stopped_response
 
@@ -58,7 +59,10 @@ class LeanASGIHandler(ASGIHandler):
     async def __call__(self, scope, receive, send) -> None:
         await self.handle(scope, receive, send)
 
-    async def handle(self, scope, receive, send) -> None:
+    async def handle(self, scope, receive, send, admit: server.Limits | None = None) -> None:
+        """Django's `handle` for one request. With `admit` (a `/v1` request,
+        config/asgi.py) the request takes an admission slot once its body is
+        whole, and keeps it until it is answered."""
         limit = body_limit()
         if declared_length(scope) > limit:
             # Refuse before reading a byte: a huge body never reaches memory or disk.
@@ -71,6 +75,19 @@ class LeanASGIHandler(ASGIHandler):
         except _TooLarge:
             await send_too_large(send, limit)
             return
+        if admit is None:
+            await self._respond(scope, receive, send, body_file)
+            return
+        if not server.admission.try_enter(admit.max_concurrent):
+            body_file.close()
+            await server.send_overloaded(send, admit)
+            return
+        try:
+            await self._respond(scope, receive, send, body_file)
+        finally:
+            server.admission.leave()
+
+    async def _respond(self, scope, receive, send, body_file) -> None:
         set_script_prefix(get_script_prefix(scope))
         request, error_response = self.create_request(scope, body_file)
         if request is None:
@@ -99,7 +116,8 @@ class LeanASGIHandler(ASGIHandler):
         try:
             await asyncio.wait((listener, worker), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            # Not the client's (that ends the listener): the server stops.
+            # Not the client's (that ends the listener): the server stops (or a
+            # send deadline could not abort its transport, config/deadlines.py).
             listener.cancel()
             await _stopped(self, scope, send, worker, answer)
             body_file.close()

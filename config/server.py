@@ -40,6 +40,9 @@ DEFAULTS = {
     "ROUTER_MAX_HEADER_BYTES": 32 * 1024,
     "ROUTER_MAX_CONCURRENT": 256,
     "ROUTER_SHED_RETRY_AFTER": 1,
+    "ROUTER_HEADER_TIMEOUT": 10,
+    "ROUTER_BODY_TIMEOUT": 60,
+    "ROUTER_SEND_TIMEOUT": 30,
 }
 # The request line (method, URL, version) may take this much on top of the headers.
 REQUEST_LINE_BYTES = 8 * 1024
@@ -51,6 +54,10 @@ class Limits:
     max_header_bytes: int
     max_concurrent: int  # 0: no admission limit
     retry_after_s: int
+    # Seconds; 0 turns a deadline off (config/deadlines.py, and the protocols below).
+    header_timeout_s: int = DEFAULTS["ROUTER_HEADER_TIMEOUT"]
+    body_timeout_s: int = DEFAULTS["ROUTER_BODY_TIMEOUT"]
+    send_timeout_s: int = DEFAULTS["ROUTER_SEND_TIMEOUT"]
 
     def head_bytes(self) -> int:
         """Raw bytes a whole request head may take: headers, their `: ` and
@@ -77,6 +84,9 @@ def limits_from(env: Mapping[str, str]) -> Limits:
         max_header_bytes=_env_int(env, "ROUTER_MAX_HEADER_BYTES", minimum=1024),
         max_concurrent=_env_int(env, "ROUTER_MAX_CONCURRENT", minimum=0),
         retry_after_s=_env_int(env, "ROUTER_SHED_RETRY_AFTER", minimum=0),
+        header_timeout_s=_env_int(env, "ROUTER_HEADER_TIMEOUT", minimum=0),
+        body_timeout_s=_env_int(env, "ROUTER_BODY_TIMEOUT", minimum=0),
+        send_timeout_s=_env_int(env, "ROUTER_SEND_TIMEOUT", minimum=0),
     )
 
 
@@ -143,6 +153,20 @@ def uri_too_long_body() -> bytes:
     return error_body(f"The request URL is longer than {REQUEST_LINE_BYTES} bytes.", "uri_too_long")
 
 
+def bad_host_body(count: int) -> bytes:
+    if count:
+        return error_body("The request has more than one Host header.", "duplicate_host")
+    return error_body("An HTTP/1.1 request must have a Host header.", "missing_host")
+
+
+def head_timeout_body(lim: Limits) -> bytes:
+    return error_body(f"The request head did not arrive within {lim.header_timeout_s} s.", "request_timeout")
+
+
+def body_timeout_body(lim: Limits) -> bytes:
+    return error_body(f"The request body did not arrive within {lim.body_timeout_s} s.", "request_timeout")
+
+
 def overloaded_body() -> bytes:
     return error_body(
         "The router is at its concurrent request limit; retry shortly.", "router_overloaded", "server_error"
@@ -156,7 +180,7 @@ def headers_over_limit(headers, lim: Limits) -> bool:
     return sum(len(name) + len(value) for name, value in headers) > lim.max_header_bytes
 
 
-async def send_refusal(send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] = ()) -> None:
+async def send_refusal(send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     await send({
         "type": "http.response.start",
         "status": status,
@@ -164,6 +188,10 @@ async def send_refusal(send, status: int, body: bytes, extra: list[tuple[bytes, 
                     *extra],
     })
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_overloaded(send, lim: Limits) -> None:
+    await send_refusal(send, 503, overloaded_body(), ((b"retry-after", str(lim.retry_after_s).encode()),))
 
 
 # -- per-process admission ---------------------------------------------------
@@ -229,10 +257,24 @@ class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools
     _head_raw = 0
     _head_count = 0
     _head_size = 0
+    _hosts = 0
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        super().connection_made(transport)
+        self._head_timer = head_deadline(self.loop, self._head_late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_open, self._head_raw, self._head_count, self._head_size = True, 0, 0, 0
+        self._head_open, self._head_raw, self._head_count, self._head_size, self._hosts = True, 0, 0, 0, 0
+        if self._head_timer is None:  # the next request on a kept-alive connection
+            self._head_timer = head_deadline(self.loop, self._head_late)
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -247,14 +289,35 @@ class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools
         if self._head_count > lim.max_header_count or self._head_size > lim.max_header_bytes:
             self._refusal = _raw_response(431, b"Request Header Fields Too Large", headers_too_large_body(lim))
             raise _HeadTooLarge
+        if len(name) == 4 and name.lower() == b"host":
+            self._hosts += 1
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._head_open = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        # RFC 9112 §3.2: a 1.1 request without Host, or with two, is a 400 —
+        # two would let the ingress and a proxy in front read different hosts.
+        if self._hosts > 1 or (self._hosts == 0 and self.parser.get_http_version() == "1.1"):
+            self._refusal = _raw_response(400, b"Bad Request", bad_host_body(self._hosts))
+            raise _HeadTooLarge
         before = self.cycle
         super().on_headers_complete()
         if self.cycle is not before:  # a new request (not an upgrade): its response goes through HeadHeld
+            self.cycle.scope["router.transport"] = self.transport  # type: ignore[typeddict-unknown-key]
             self.cycle.transport = HeadHeld(self.transport, self.loop)  # type: ignore[assignment]
+
+    def _head_late(self) -> None:
+        """No whole request head within ROUTER_HEADER_TIMEOUT: 408, closed."""
+        self._head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head behind an answer still going: close after that answer.
+            self.cycle.keep_alive = False
+        elif not self.transport.is_closing():
+            self.transport.write(_raw_response(408, b"Request Timeout", head_timeout_body(limits())))
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
@@ -328,12 +391,51 @@ class HeadHeld:
         return getattr(self._transport, name)
 
 
+def head_deadline(loop: asyncio.AbstractEventLoop, late) -> asyncio.TimerHandle | None:  # type: ignore[no-untyped-def]
+    """The timer of one request head (a connection's first from its opening,
+    later ones from their first byte; uvicorn's keep-alive timeout covers the
+    idle time between requests). None when ROUTER_HEADER_TIMEOUT is 0."""
+    seconds = limits().header_timeout_s
+    return loop.call_later(seconds, late) if seconds > 0 else None
+
+
 class H11Protocol(h11_impl.H11Protocol):
     """uvicorn's h11 protocol: h11 caps a head that is still arriving at
     --h11-max-incomplete-event-size (see `uvicorn_args`) and hints 431, which
     uvicorn would answer with a plain-text 400. A head that arrives whole is
     parsed whatever its size: the ASGI entry point's count and byte checks
-    catch it."""
+    catch it. h11 itself refuses a 1.1 request without Host or with two; the
+    head deadline is ours, as in `HttpToolsProtocol`."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        super().connection_made(transport)
+        self._head_timer = head_deadline(self.loop, self._head_late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:
+            if self._head_timer is None and data:  # a head has begun to arrive
+                self._head_timer = head_deadline(self.loop, self._head_late)
+        else:  # the head is whole
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            if self.cycle is not None:
+                self.cycle.scope["router.transport"] = self.transport  # type: ignore[typeddict-unknown-key]
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self.transport.write(_raw_response(408, b"Request Timeout", head_timeout_body(limits())))
+            self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         exc = sys.exc_info()[1]

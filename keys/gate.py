@@ -100,14 +100,16 @@ class KeyGate:
     def limiter(self) -> Limiter | None:
         return self._limiter
 
-    async def admit(
-        self, headers: Mapping[str, str], client_ip: str, now: float
-    ) -> KeyRecord | None:
-        """The key a request runs under (None = anonymous, open mode only).
+    def identify(self, headers: Mapping[str, str], now: float) -> None:
+        """The 401s of blocking mode, from the headers alone: checked before
+        the body is read (router/admission.py `precheck`); `admit` checks
+        again. Open mode refuses nothing here."""
+        if self.blocking:
+            self._valid(headers, now)
 
-        `now` is epoch seconds (wall clock: expiry and the cluster limiter are
-        compared across processes). Raises a RouterError on refusal.
-        """
+    def _valid(self, headers: Mapping[str, str], now: float) -> KeyRecord | None:
+        """The presented key's record if it is valid now; else None in open
+        mode and the 401 in blocking mode."""
         plaintext = extract_key(headers)
         if plaintext is None:
             if self.blocking:
@@ -122,6 +124,19 @@ class KeyGate:
         if record.expires_at is not None and record.expires_at <= now:
             if self.blocking:
                 raise ExpiredApiKey()
+            return None
+        return record
+
+    async def admit(
+        self, headers: Mapping[str, str], client_ip: str, now: float
+    ) -> KeyRecord | None:
+        """The key a request runs under (None = anonymous, open mode only).
+
+        `now` is epoch seconds (wall clock: expiry and the cluster limiter are
+        compared across processes). Raises a RouterError on refusal.
+        """
+        record = self._valid(headers, now)
+        if record is None:
             return None
         if record.ip_restricted and not (
             record.networks and ip_allowed(record.networks, client_ip)

@@ -11,9 +11,12 @@ admits its request here, in the same order:
                                                      → 401 / 403 / 429
  5 model access (`Caller.check_model`)              → 403 model_not_allowed / 404 model_not_found
 
-The front door parses its own body first (its 400/413 come before 503 and
-auth, as before), then calls `admit`. Nothing here touches the DB: all of it
-is read from the snapshot the request started with.
+Before any of that, and before the body is awaited, the ASGI entry point
+calls `precheck`: what the request head alone refuses (step 4's 401s on a
+host that is not a circuit's), so a client without a valid key never gets to
+send a body, let alone hold capacity while it does. Then the front door
+parses its own body (400/413) and calls `admit`. Nothing here touches the
+DB: all of it is read from the snapshot the request started with.
 """
 
 from __future__ import annotations
@@ -142,6 +145,38 @@ def note_key(obs: dict[str, Any], key: Any) -> None:
     obs["key"] = key.name
     obs["key_id"] = key.id
     obs["key_source"] = key.source
+
+
+_PRECHECKED = frozenset({b"authorization", b"x-api-key"})
+
+
+def precheck(scope: dict[str, Any]) -> RouterError | None:
+    """The refusal a request's head decides alone, before its body is read.
+
+    Only what needs no state: a missing, unknown or expired key where the
+    key gate blocks (the gate's `identify`), and a Host that names no
+    registered circuit. A circuit host is left to its circuit's own rules,
+    and everything stateful (IP allowlists, rate limits) to `admit`, which
+    checks the key again as ever."""
+    rt = get_runtime()
+    gate = rt.gate
+    if not rt.ready or gate is None:
+        return None
+    headers: dict[str, str] = {}
+    host = ""
+    for name, value in scope["headers"]:
+        if name in _PRECHECKED:
+            headers[name.decode("latin1")] = value.decode("latin1")
+        elif name == b"host":
+            host = value.decode("latin1")
+    ingress = rt.snapshot.ingress
+    try:
+        if ingress is not None and ingress.circuit_for(host) is not None:
+            return None
+        gate.identify(headers, time.time())
+    except RouterError as refusal:
+        return refusal
+    return None
 
 
 async def admit(

@@ -65,6 +65,11 @@ class KeyGate(Protocol):
         """The key a request runs under (None = anonymous). Raises a RouterError on refusal."""
         ...
 
+    def identify(self, headers: Mapping[str, str], now: float) -> None:
+        """Before the body: raises the 401 a blocking gate gives a missing,
+        unknown or expired key; no state is read or counted."""
+        ...
+
     def check_model(self, key: Any | None, name: str, *, known: bool) -> None:
         """404 for an unknown model name, 403 outside the key's allowlist."""
         ...

@@ -2,10 +2,11 @@
 
 `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and
 `/v1/responses` are most of a router's traffic. For them the ASGI entry point
-(config/asgi.py) calls `serve` instead of the lean Django handler: the same
-door (`openai.routed_or_refusal`: parse, admit, route), the same `Routed`
-result, but the body is read from `receive` and the answer written to `send`
-directly. What that skips per request, measured with py-spy under load
+(config/asgi.py) calls `read_request` (the body, before the request takes
+an admission slot) and then `serve` instead of the lean Django handler: the
+same door (`openai.routed_or_refusal`: parse, admit, route), the same
+`Routed` result, but the body is read from `receive` and the answer written
+to `send` directly. What that skips per request, measured with py-spy under load
 (docs/performance.md): Django's `ASGIRequest` and `HttpResponse`, the URL
 resolver, Ninja's operation wrapper, Django's `send_response`, and the
 two tasks the lean handler runs per request (view and disconnect listener).
@@ -42,10 +43,11 @@ from django.conf import settings
 from ..admission import Call
 from ..core.errors import RequestTooLarge, RouterError, ShuttingDown
 from ..observe import Gaps
-from ..pipeline import Routed
+from ..pipeline import Routed, refused
 from ..providers.base import AnswerCut
 from ..runtime import get_runtime
 from . import openai
+from .anthropic_response import error_body as anthropic_error_body
 from .responses import as_refusal
 
 log = logging.getLogger(__name__)
@@ -158,21 +160,43 @@ class _Watch:
             self.listener.cancel()
 
 
-async def serve(scope: dict[str, Any], receive, send, endpoint: str) -> None:
-    """Answer one POST on an OpenAI path (see the module doc)."""
+async def read_request(scope: dict[str, Any], receive, send) -> bytes | None:
+    """The body of one POST on an OpenAI path; None once it was refused (413)
+    or its client went away. Read before the request is admitted
+    (config/asgi.py): reading takes no admission slot."""
     limit = body_limit()
     if declared_length(scope) > limit:
         # Refuse before reading a byte: a huge body never reaches memory.
         await send_too_large(send, limit)
-        return
+        return None
     try:
         raw = await read_body(receive, limit)
     except _Gone:
-        return
+        return None
     if raw is None:
         await send_too_large(send, limit)
-        return
+    return raw
 
+
+async def send_head_refusal(path: str, send, exc: RouterError) -> None:
+    """A refusal decided from the request head alone (`admission.precheck`),
+    in the shape of the door the path belongs to, and observed as the door
+    would observe it."""
+    anthropic = path.startswith("/v1/messages")
+    endpoint = (PATHS.get(path) or path.removeprefix("/v1/"))[:64]
+    obs = {"endpoint": endpoint, "frontend": "anthropic"} if anthropic else {"endpoint": endpoint, "frontend": "openai"}
+    refused(exc, obs, perf_counter())
+    if not anthropic:
+        await send_error(send, exc)
+        return
+    body = anthropic_error_body(exc.status, exc.message)
+    await send({"type": "http.response.start", "status": exc.status,
+                "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve(scope: dict[str, Any], receive, send, endpoint: str, raw: bytes) -> None:
+    """Answer one POST on an OpenAI path whose body `read_request` read (see the module doc)."""
     task = asyncio.current_task()
     assert task is not None
     watch = _Watch(receive, task)

@@ -154,11 +154,24 @@ def test_what_outlives_the_grace_ends_with_its_doors_error(openai_backends, node
     for call in streams.values():
         assert call.begun.wait(60), "a stream did not begin"
     wait_until(lambda: len(stuck.requests) == 2, 60, what="both waiting requests at the stuck backend")
+    half = None
+    if server == "uvicorn":  # one whose body is still arriving (daphne calls the app with a whole body only)
+        half = socket.create_connection(("127.0.0.1", node.port), timeout=60)
+        half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: 100\r\n\r\n{\"model\": ")
+        wait_until(lambda: httpx.get(node.url + "/livez", timeout=30).status_code == 200, 30, what="a probe")
     stopped_at = time.monotonic()
     node.proc.send_signal(signal.SIGTERM)
     for call in [*streams.values(), *waiting.values()]:
         call.finish()
         assert call.error is None, (call.path, call.error, call.raw[-300:])
+    if half is not None:  # answered 503 at the grace's end, not left without an answer
+        answer = b""
+        while chunk := half.recv(65536):
+            answer += chunk
+        half.close()
+        assert answer.startswith(b"HTTP/1.1 503 "), answer[:300]
+        assert orjson.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "server_shutting_down"
     assert node.proc.wait(60) == 0
 
     assert streams["openai"].status == 200
