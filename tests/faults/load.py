@@ -35,6 +35,12 @@ class Counts:
     statuses: dict[int, int] = field(default_factory=dict)
     lost_reasons: dict[str, int] = field(default_factory=dict)
     ok_times: list[float] = field(default_factory=list)  # monotonic end times of ok requests
+    took: list[tuple[float, float]] = field(default_factory=list)  # (end time, seconds) of every request
+
+    def p99_between(self, start: float, end: float) -> float | None:
+        """The 99th percentile of how long the requests that ended in [start, end] took."""
+        durations = sorted(s for t, s in self.took if start <= t <= end)
+        return durations[min(len(durations) - 1, int(len(durations) * 0.99))] if durations else None
 
 
 class Load:
@@ -116,6 +122,7 @@ class Load:
     async def _worker(self, client: httpx.AsyncClient) -> None:
         body = {"model": self.model, "messages": [{"role": "user", "content": "hi"}], "stream": self.stream}
         while self._begin():
+            began = time.monotonic()
             pending = [1]  # this request's status has not arrived yet
             try:
                 if self.stream:
@@ -127,6 +134,9 @@ class Load:
                 await asyncio.sleep(0.05)  # a refused connection fails at once: do not spin
             finally:
                 self._answered(pending)
+            ended = time.monotonic()
+            with self._lock:
+                self.counts.took.append((ended, ended - began))
 
     async def _one(self, client: httpx.AsyncClient, body: dict, pending: list[int]) -> None:
         response = await client.post(self.url + "/v1/chat/completions", json=body, headers=self.headers)

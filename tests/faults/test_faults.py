@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -197,6 +198,48 @@ def test_hostile_input_under_load(openai_backends, router_factory, report):
     ok = recovered and c.lost == 0 and c.failed == 0 and not refused_5xx
     report("hostile requests beside a steady loop", c, ok, f"5xx answers to hostile requests: {refused_5xx or 'none'}")
     assert ok, (c, refused_5xx)
+
+
+def test_half_sent_body_flood_beside_a_steady_client(openai_backends, router_factory, report):
+    """300 connections that send a request head and half its body, then sit
+    idle, against ROUTER_MAX_CONCURRENT=64, beside a steady loop: the loop
+    loses nothing and is never shed (the idle senders hold no admission
+    slot), and the flood is answered 408 at its body deadline."""
+    (a,) = named(openai_backends, "a")
+    router = router_factory(config(a), env={"ROUTER_MAX_CONCURRENT": "64", "ROUTER_BODY_TIMEOUT": "5"})
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n" % len(body))
+    flood: list[socket.socket] = []
+    with Load(router.url, concurrency=4) as load:
+        wait_until(lambda: load.counts.ok >= 20, 60, what="load warmed up")
+        began = time.monotonic()
+        try:
+            for _ in range(300):
+                sock = socket.create_connection(("127.0.0.1", router.port), timeout=30)
+                sock.sendall(head + body[: len(body) // 2])
+                flood.append(sock)
+            answered = 0
+            deadline = time.monotonic() + 60
+            for sock in flood:  # each is told 408 at its deadline, then closed
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    answered += sock.recv(64).startswith(b"HTTP/1.1 408 ")
+                except OSError:
+                    pass
+        finally:
+            for sock in flood:
+                sock.close()
+        ended = time.monotonic()
+        recovered = serves_after(load, ended, 10)
+    c = load.counts
+    p99 = c.p99_between(began, ended)
+    shed = c.statuses.get(503, 0)
+    ok = recovered and c.lost == 0 and c.failed == 0 and answered == len(flood)
+    report("half-sent body flood (300) beside a steady loop", c, ok,
+           f"flood answered 408: {answered}/{len(flood)}; steady p99 during it: "
+           f"{p99 * 1000 if p99 is not None else float('nan'):.0f} ms; 503s: {shed}")
+    assert ok, (c, answered)
 
 
 def test_tasks_and_beat_killed_under_load(openai_backends, report):
