@@ -3,9 +3,11 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
+from config import root
 from router import api, ops
 
 urlpatterns = [
+    path("", root.root),  # a browser to the dashboard, anyone else a 404 saying where to go
     path("v1/", include((api.urlpatterns, "v1"))),
     path("livez", ops.livez),
     path("readyz", ops.readyz),
