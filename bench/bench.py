@@ -246,7 +246,7 @@ async def main() -> None:
                              check=True, capture_output=True, text=True).stdout
         headers["authorization"] = "Bearer " + out.strip().splitlines()[-1]
     backend = start([PY, "-m", "fakes.openai_backend", "--port", str(backend_port), "--name", "bench-a",
-                     "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
+                     "--models", "bench", "--chunks", "5", "--chunk-delay", "0", "--quiet"], env, "1", tmp / "backend.log")
     if args.server == "uvicorn":
         cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(router_port), "--loop", "uvloop",
                "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning", "--no-proxy-headers"]

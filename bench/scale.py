@@ -799,7 +799,8 @@ class Bench:
             django.setup()
             for i, port in enumerate(self.backend_ports):
                 self.procs[f"backend{i}"] = Proc(f"backend{i}", [PY, "-m", "fakes.openai_backend", "--port", str(port),
-                                                                 "--name", f"fake-{i}", "--models", "x", "--quiet"],
+                                                                 "--name", f"fake-{i}", "--models", "x",
+                                                                 "--chunks", "5", "--chunk-delay", "0", "--quiet"],
                                                  env, self.tmp / f"backend{i}.log")
             self.results["build_keys_s"] = self.bulk_keys()
             timeout = aiohttp.ClientTimeout(total=30)
@@ -1237,7 +1238,8 @@ class RouterBench(Bench):
             django.setup()
             for i, port in enumerate(self.backend_ports):
                 self.procs[f"backend{i}"] = Proc(f"backend{i}", [PY, "-m", "fakes.openai_backend", "--port", str(port),
-                                                                 "--name", f"fake-{i}", "--models", "x", "--quiet"],
+                                                                 "--name", f"fake-{i}", "--models", "x",
+                                                                 "--chunks", "5", "--chunk-delay", "0", "--quiet"],
                                                  env, self.tmp / f"backend{i}.log")
             n_keys = self.sizes["keys"]
             self.sizes["keys"] = self.sizes["operator_keys"]

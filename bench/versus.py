@@ -233,7 +233,7 @@ async def main() -> None:
     mock = "fake"
     try:
         fake = start([PY, "-m", "fakes.openai_backend", "--port", str(backend_port), "--name", "bench-a",
-                      "--models", "bench", "--quiet"], env, "1", tmp / "backend.log")
+                      "--models", "bench", "--chunks", "5", "--chunk-delay", "0", "--quiet"], env, "1", tmp / "backend.log")
         procs.append(fake)
         await wait_http(f"http://127.0.0.1:{backend_port}/health")
         trees = [("router", ROOT)]
