@@ -11,6 +11,8 @@ upstream).  This module holds what both share:
   event loop; `stop()` kills it like a crashed process (listener closed, open
   connections aborted), `start()` revives it on the same port;
 * `serve()` - runs an app in the foreground (the CLIs);
+* `cli()` - the `python -m fakes.<fake>` command line, whose defaults are the
+  demo's: a 22-word reply streamed a word every DEMO_TOKEN_DELAY_MS (40 ms);
 * small deterministic helpers for reply text, token counts, tool arguments and
   embedding vectors.
 """
@@ -22,12 +24,13 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import math
 import os
 import signal
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -260,14 +263,18 @@ class StreamWriter:
 # ---------------------------------------------------------------------------
 
 _FILLER = (" This", " is", " a", " demo", " reply.")
+# What a longer reply goes on with (the CLIs' default length), word by word.
+_GOES_ON = tuple(f" {word}" for word in "It arrives one token at a time, as a real model would send it.".split())
 _pieces_cache: dict[tuple[str, int], tuple[str, ...]] = {}
 
 
 def reply_pieces(name: str, n: int) -> tuple[str, ...]:
     """The reply of backend `name`, split into exactly `n` pieces (n >= 0).
 
-    For n <= 8 the text is "Hello from <name>. This is a demo reply."; more
-    pieces append " More." words.  Cached: this is on the hot path.
+    For n <= 8 the text is "Hello from <name>. This is a demo reply."; up to
+    `DEMO_CHUNKS` pieces it goes on " It arrives one token at a time, …",
+    a word a piece; more pieces append " More." words.  Cached: this is on
+    the hot path.
     """
     key = (name, n)
     cached = _pieces_cache.get(key)
@@ -280,7 +287,8 @@ def reply_pieces(name: str, n: int) -> tuple[str, ...]:
         head = len(words) - n + 1
         pieces = ("".join(words[:head]), *words[head:])
     else:
-        pieces = (*words, *([" More."] * (n - len(words))))
+        more = _GOES_ON[: n - len(words)]
+        pieces = (*words, *more, *([" More."] * (n - len(words) - len(more))))
     if len(_pieces_cache) < 4096:
         _pieces_cache[key] = pieces
     return pieces
@@ -648,6 +656,32 @@ def thread_for(
     return ServerThread(lambda b, reqs: make_app(name, model_list, b, reqs), host=host, port=port, behavior=behavior)
 
 
+# The CLIs are the demo backends (`make run`, scripts/demo-router.sh): by
+# default a reply of a sentence or two streamed a word at a human pace, so an
+# SDK client sees it arrive.  In-process fakes (`ServerThread`, the tests)
+# keep `Behavior()`'s instant five pieces; the benchmark asks for
+# `--chunks 5 --chunk-delay 0`.
+DEMO_CHUNKS = 8 + len(_GOES_ON)
+DEMO_PACE_ENV = "DEMO_TOKEN_DELAY_MS"
+DEMO_PACE_MS_DEFAULT = 40
+
+
+def demo_pace_s(env: Mapping[str, str]) -> float:
+    """Seconds between the demo backends' stream frames: DEMO_TOKEN_DELAY_MS
+    (milliseconds, >= 0), 40 ms when unset; a bad value raises ValueError
+    naming the variable."""
+    raw = (env.get(DEMO_PACE_ENV) or "").strip()
+    if not raw:
+        return DEMO_PACE_MS_DEFAULT / 1000
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not (ms >= 0 and math.isfinite(ms)):
+        raise ValueError(f"{DEMO_PACE_ENV} must be a number of milliseconds >= 0, got {raw!r}")
+    return ms / 1000
+
+
 def cli(make_app: MakeApp, argv: list[str] | None, *, prog: str, what: str, port: int, name: str, models: str) -> None:
     """The `python -m fakes.<fake>` command line shared by both fakes."""
     import argparse
@@ -657,10 +691,18 @@ def cli(make_app: MakeApp, argv: list[str] | None, *, prog: str, what: str, port
     p.add_argument("--port", type=int, default=port)
     p.add_argument("--name", default=name)
     p.add_argument("--models", default=models, help="comma-separated model names")
-    p.add_argument("--chunks", type=int, default=5, help="content pieces per reply")
-    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream frames")
+    p.add_argument("--chunks", type=int, default=DEMO_CHUNKS,
+                   help=f"content pieces per reply (default {DEMO_CHUNKS}, a word each)")
+    p.add_argument("--chunk-delay", type=float, default=None,
+                   help=f"seconds between stream frames (default ${DEMO_PACE_ENV} ms, else {DEMO_PACE_MS_DEFAULT} ms; "
+                        "0 sends the whole stream at once)")
     p.add_argument("--quiet", action="store_true", help="no banner, no access log")
     a = p.parse_args(argv)
+    if a.chunk_delay is None:
+        try:
+            a.chunk_delay = demo_pace_s(os.environ)
+        except ValueError as exc:
+            p.error(str(exc))
     behavior = Behavior(chunks=a.chunks, chunk_delay_s=a.chunk_delay)
     names = [m.strip() for m in a.models.split(",") if m.strip()]
     app = make_app(a.name, names, behavior, None)

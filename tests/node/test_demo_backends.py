@@ -1,15 +1,20 @@
 """`make run` starts the demo backends a config points at, whatever the file:
-a copy of the demo config (the natural way to try blocking keys) keeps them."""
+a copy of the demo config (the natural way to try blocking keys) keeps them;
+they stream at a human pace, so the README's streaming example shows it."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
+import pytest
+from openai import OpenAI
 
 from router.config_schema import load
 from router.management.commands.runnode import DEMO_BACKENDS, demo_backends
 from router.services import DEMO_CONFIG
 from router.supervisor import port_in_use
-from tests.support.nodeproc import CONFIG
+from tests.support.nodeproc import CONFIG, NodeProc
 from tests.support.routerproc import wait_until
 
 
@@ -39,18 +44,45 @@ def test_only_the_demo_backends_named_by_url_start(tmp_path):
     assert demo_backends(load(plain)[0]) == []
 
 
-def test_a_node_on_a_copied_demo_config_answers_from_the_demo_backends(node_factory):
-    node = node_factory(config=DEMO_CONFIG.read_text()).start()
+@pytest.fixture(scope="module")
+def demo_node():
+    """One node on (a copy of) the demo config for the module: its demo
+    backends' ports are fixed, so two of them cannot run at once."""
+    node = NodeProc(config=DEMO_CONFIG.read_text()).start()
     try:
-        _answers(node)
+        yield node
     finally:
         node.stop()
-        # The demo ports are fixed: the next test that needs them waits for them.
+        # The next test that needs the demo ports waits for them.
         wait_until(
             lambda: not any(port_in_use("127.0.0.1", int(a[2])) for a in DEMO_BACKENDS),
             30,
             what="the demo backends to stop",
         )
+
+
+def test_a_node_on_a_copied_demo_config_answers_from_the_demo_backends(demo_node):
+    _answers(demo_node)
+
+
+def test_the_readme_streaming_example_receives_its_chunks_over_time(demo_node):
+    """The README's example (the OpenAI SDK, `demo-ollama`, stream=True) on
+    the demo backends as `make run` starts them: the content arrives token by
+    token, not in one burst."""
+    client = OpenAI(base_url=demo_node.url + "/v1", api_key="unused-in-open-mode", timeout=30)
+    arrivals: list[float] = []
+    text = ""
+    for chunk in client.chat.completions.create(
+        model="demo-ollama", stream=True, messages=[{"role": "user", "content": "hi"}]
+    ):
+        content = chunk.choices[0].delta.content if chunk.choices else None
+        if content:
+            arrivals.append(time.monotonic())
+            text += content
+    assert text.startswith("Hello from demo-ollama.")
+    assert len(arrivals) >= 10, arrivals
+    assert arrivals[-1] - arrivals[0] >= 0.4, arrivals
+    assert len({round(t, 3) for t in arrivals}) > len(arrivals) // 2, arrivals
 
 
 def _answers(node) -> None:
