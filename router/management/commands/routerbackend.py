@@ -1,7 +1,8 @@
 """`manage.py routerbackend add|remove|list`: operator backends (source `admin`).
 
 Only `admin` rows are touched; `config` rows belong to the YAML and
-`appproxy` rows to the reconcile. Every change reaches all web processes
+`appproxy` rows to the reconcile. `list` shows every backend, whatever its
+source: a header row, then one aligned row each. Every change reaches all web processes
 within a second (revision bump + change notice).
 """
 
@@ -14,6 +15,8 @@ from router.core.backend import masked_url
 from router.models import Backend, Source
 from router.providers import KINDS
 from router.revision import BACKEND, bump_revision, touch
+
+LIST_HEADER = ("NAME", "SOURCE", "KIND", "URL", "MODELS", "WEIGHT")
 
 
 class Command(BaseCommand):
@@ -38,8 +41,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         action = opts["action"]
         if action == "list":
-            for b in Backend.objects.all():
-                self.stdout.write(f"{b.name}\t{b.source}\t{b.kind}\t{masked_url(b.url)}\t{','.join(b.models)}\tweight={b.weight}")
+            self._list()
             return
         with transaction.atomic():
             existing = Backend.objects.filter(name=opts["name"]).first()
@@ -66,3 +68,15 @@ class Command(BaseCommand):
             touch(BACKEND, opts["name"])
             revision = bump_revision(f"admin backend {action} {opts['name']}")
         self.stdout.write(f"{action} {opts['name']}: revision {revision}")
+
+    def _list(self) -> None:
+        """A header row, then one row per backend, columns aligned (as listapikeys)."""
+        table = [LIST_HEADER]
+        for b in Backend.objects.all():
+            table.append((b.name, b.source, b.kind, masked_url(b.url), ",".join(b.models), str(b.weight)))
+        if len(table) == 1:
+            self.stdout.write("No backends.")
+            return
+        widths = [max(len(row[i]) for row in table) for i in range(len(LIST_HEADER))]
+        for row in table:
+            self.stdout.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
