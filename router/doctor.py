@@ -2,8 +2,8 @@
 
 Each check returns `Result`s: OK / WARN / FAIL, what it found, and for a WARN
 or FAIL a concrete fix. The core checks here cover what the router owns (the
-YAML, the database, Redis and its namespace, the process secrets, the YAML's
-backends); apps add theirs through `router.extensions.register_doctor_check`
+YAML, the database, Redis and its namespace, the process secrets, the node's
+own web, the YAML's backends); apps add theirs through `router.extensions.register_doctor_check`
 (the coordinator and the wildcard domain are the appproxy app's).
 
 Invariants:
@@ -15,6 +15,9 @@ Invariants:
   a URL is shown with its userinfo masked; an exception is shown by its type.
 - A check that raises is one FAIL naming the check, never a traceback, so one
   broken check does not hide the others.
+- A backend the node starts itself (a demo backend, router.demo) that does
+  not answer is blamed on the node, never on its URL; any other backend is
+  probed from here, whether or not the node runs, and named by its URL.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from . import extensions
 from .config_schema import ConfigError, RouterFile, parse
 from .core.backend import BackendSpec, masked_url
 from .core.secret import Secret
+from .demo import started_by_node
 from .nodestate import KEYSPACE_TTL_S
 from .providers import probe_headers, probe_url
 from .services import resolve_config_path
@@ -86,6 +90,7 @@ class Context:
     raw: dict[str, Any] | None = None  # the YAML as written (templates kept)
     document: RouterFile | None = None  # validated, ${ENV} resolved; None = does not load
     db_ready: bool = False  # reachable and migrated
+    node_up: bool | None = None  # the node's web answers /livez; None = not checked
 
 
 # -- the YAML -------------------------------------------------------------------
@@ -299,6 +304,64 @@ def check_secrets(ctx: Context) -> Iterator[Result]:
         yield ok("secrets.status_token", "ROUTER_STATUS_TOKEN set")
 
 
+# -- the node's own web ---------------------------------------------------------------
+
+NODE_TIMEOUT_S = 3.0
+
+
+def _node_address() -> tuple[str, str]:
+    """Where the node listens (ROUTER_HOST:ROUTER_PORT, as `make run`), and
+    where to reach it from here: a wildcard host is reached on loopback."""
+    host = (os.environ.get("ROUTER_HOST") or "127.0.0.1").strip()
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}.get(host, host)
+    return host, (os.environ.get("ROUTER_PORT") or "8000").strip()
+
+
+def check_node(ctx: Context) -> Iterator[Result]:
+    name = "node.web"
+    host, port = _node_address()
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        yield fail(name, f"ROUTER_PORT={port!r} is not a port", "set ROUTER_PORT to the node's port (default 8000)")
+        return
+    bracketed = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    url = f"http://{bracketed}:{port}/livez"
+    started = time.monotonic()
+    try:
+        with httpx.Client(timeout=NODE_TIMEOUT_S, trust_env=False) as client:
+            response = client.get(url)
+    except httpx.ConnectError:
+        ctx.node_up = False
+        yield fail(
+            name,
+            f"the node is not running: nothing listens at {url}",
+            "start it with `make run` (the doctor looks at ROUTER_HOST:ROUTER_PORT, default 127.0.0.1:8000)",
+        )
+        return
+    except httpx.HTTPError as exc:
+        ctx.node_up = False
+        yield fail(
+            name,
+            f"{url} did not answer within {NODE_TIMEOUT_S:g} s ({type(exc).__name__})",
+            "the node is stuck or overloaded: look at its log, restart it (`make run`)",
+        )
+        return
+    ms = (time.monotonic() - started) * 1000
+    try:
+        live = response.status_code == 200 and response.json() == {"status": "ok"}
+    except ValueError:
+        live = False
+    if not live:
+        ctx.node_up = False
+        yield fail(
+            name,
+            f"{url} answered HTTP {response.status_code}, not this router's /livez",
+            f"another program holds port {port}: stop it, or set ROUTER_HOST / ROUTER_PORT to where the node listens",
+        )
+        return
+    ctx.node_up = True
+    yield ok(name, f"GET {url}: the node answers in {ms:.0f} ms")
+
+
 # -- backends -----------------------------------------------------------------------
 
 
@@ -351,7 +414,9 @@ def check_backends(ctx: Context) -> Iterator[Result]:
     for (i, spec, url), (status, error, ms) in zip(due, answers, strict=True):
         # Without its query: a provider could carry a key there.
         name, where = f"backend.{spec.name}", masked_url(url).split("?", 1)[0]
-        if status is None or status >= 500:
+        if status is None and started_by_node(spec.url):
+            yield from _node_started_backend_down(ctx, name, f"GET {where}: {error}")
+        elif status is None or status >= 500:
             why = error if status is None else f"HTTP {status}"
             yield fail(name, f"GET {where}: {why}", f"start the backend or fix backends[{i}].url")
         elif status in (401, 403):
@@ -362,6 +427,23 @@ def check_backends(ctx: Context) -> Iterator[Result]:
             yield ok(name, f"GET {where}: HTTP {status} in {ms:.0f} ms")
 
 
+def _node_started_backend_down(ctx: Context, name: str, found: str) -> Iterator[Result]:
+    """A demo backend does not answer: the node starts it, so the node is
+    what to look at, not the URL."""
+    if ctx.node_up is False:
+        yield warn(
+            name,
+            f"{found} (a demo backend: the node starts it, and the node is not running)",
+            "start the node with `make run` (it starts this backend)",
+        )
+    else:
+        yield fail(
+            name,
+            f"{found} (a demo backend: the node starts it, yet it does not answer)",
+            "see the node's output (`make run`): did this backend fail to start, its port taken?",
+        )
+
+
 # -- running them -------------------------------------------------------------------
 
 CORE: tuple[tuple[str, Callable[[Context], Iterable[Result]]], ...] = (
@@ -369,6 +451,7 @@ CORE: tuple[tuple[str, Callable[[Context], Iterable[Result]]], ...] = (
     ("db", check_database),
     ("redis", check_redis),
     ("secrets", check_secrets),
+    ("node", check_node),  # before the backends: they say whether the node is what is down
     ("backends", check_backends),
 )
 

@@ -48,6 +48,15 @@ def ollama_servers():
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def running_node():
+    """A running router web process, one per module: the node the doctor's
+    `node.web` check finds when ROUTER_HOST / ROUTER_PORT point at it."""
+    proc = RouterProc("backends: []\n").start()
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture
 def router_factory():
     """Factory: start a router process on a YAML config; stopped after the test."""

@@ -36,7 +36,10 @@ ZONE = ".models.test"
 
 
 @pytest.fixture(autouse=True)
-def isolated(settings, tmp_path, monkeypatch):
+def isolated(settings, tmp_path, monkeypatch, running_node):
+    # The node's web answers (node.web OK): these tests are about the coordinator.
+    monkeypatch.setenv("ROUTER_HOST", "127.0.0.1")
+    monkeypatch.setenv("ROUTER_PORT", str(running_node.port))
     prefix = f"t{uuid.uuid4().hex[:10]}:"
     settings.ROUTER_REDIS_PREFIX = prefix
     settings.ROUTER_NOTICE_CHANNEL = prefix + "notice"

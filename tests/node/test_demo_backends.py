@@ -5,11 +5,13 @@ they stream at a human pace, so the README's streaming example shows it."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from openai import OpenAI
 
+from router import demo as router_demo
 from router.config_schema import load
 from router.management.commands.runnode import DEMO_BACKENDS, demo_backends
 from router.services import DEMO_CONFIG
@@ -59,6 +61,25 @@ def demo_node():
             30,
             what="the demo backends to stop",
         )
+
+
+def test_the_doctor_knows_the_demo_backends_the_node_starts(tmp_path):
+    """router.demo (what `doctor` reads to blame a down demo backend on the
+    node) names the same backends, by the same rule, as runnode starts."""
+    assert router_demo.DEMO_BACKENDS == DEMO_BACKENDS
+    own = tmp_path / "own.yaml"
+    own.write_text(
+        "backends:\n"
+        "  - {name: mine, url: 'http://localhost:18434', kind: ollama, models: [x]}\n"
+        "  - {name: far, url: 'http://10.0.0.5:18001', models: [y]}\n"
+        "  - {name: tls, url: 'https://127.0.0.1:18002', models: [z]}\n"
+        "  - {name: odd, url: 'http://127.0.0.1:18003', models: [w]}\n"
+    )
+    for path in (DEMO_CONFIG, own):
+        cfg = load(path)[0]
+        assert router_demo.demo_backends(cfg.backends) == demo_backends(cfg)
+        started = [b.name for b in cfg.backends if router_demo.started_by_node(b.url)]
+        assert started == [b.name for b in cfg.backends if demo_backends(SimpleNamespace(backends=[b]))]
 
 
 def test_a_node_on_a_copied_demo_config_answers_from_the_demo_backends(demo_node):

@@ -1,9 +1,12 @@
 """`manage.py doctor`: every check OK on a healthy stack (real Redis, a migrated
-DB, a valid YAML, a live fake backend), and each failure it names reported
-as FAIL/WARN with its fix and exit code 1.
+DB, a valid YAML, a live fake backend, a running router web), and each failure
+it names reported as FAIL/WARN with its fix and exit code 1.
 
 The healthy case and two failures (an unmigrated DB, Redis on a closed port)
-run the real command as a subprocess; the rest call it in-process."""
+run the real command as a subprocess; the rest call it in-process. "The
+node" the doctor looks for (ROUTER_HOST:ROUTER_PORT) is a real router web
+process, one for the module; a test that wants it stopped points ROUTER_PORT
+at a closed port."""
 
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ import pytest
 from django.core.management import call_command
 
 from router.redis import sync_client
+from router.services import DEMO_CONFIG
+from router.supervisor import port_in_use
 from tests.support.redisns import isolated_prefix
-from tests.support.routerproc import PY, ROOT, free_port, migrated_template
+from tests.support.routerproc import PY, ROOT, free_port, migrated_template, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -49,8 +54,11 @@ def prefix(settings):
 
 
 @pytest.fixture
-def node(tmp_path, settings, prefix, monkeypatch):
-    """In-process: a YAML file of the test's own, the status token set."""
+def node(tmp_path, settings, prefix, monkeypatch, running_node):
+    """In-process: a YAML file of the test's own, the status token set, the
+    node's web answering at ROUTER_HOST:ROUTER_PORT."""
+    monkeypatch.setenv("ROUTER_HOST", "127.0.0.1")
+    monkeypatch.setenv("ROUTER_PORT", str(running_node.port))
     path = tmp_path / "router.yaml"
     settings.ROUTER_CONFIG = str(path)
     settings.ROUTER_STATUS_TOKEN = STATUS_TOKEN
@@ -96,11 +104,13 @@ def subprocess_doctor(tmp_path: Path, config: str, *args: str, db: Path | None =
     return proc
 
 
-def test_healthy_stack_every_line_ok_and_exit_0(tmp_path, openai_backends):
+def test_healthy_stack_every_line_ok_and_exit_0(tmp_path, openai_backends, running_node):
     """A subprocess on a migrated DB, real Redis, a valid YAML with a live
-    backend: every check OK, exit 0; no secret's value is printed."""
+    backend, the node's web running: every check OK, exit 0; no secret's
+    value is printed."""
     (backend,) = openai_backends("live")
-    proc = subprocess_doctor(tmp_path, backend_yaml(backend.url))
+    where = {"ROUTER_HOST": "127.0.0.1", "ROUTER_PORT": str(running_node.port)}
+    proc = subprocess_doctor(tmp_path, backend_yaml(backend.url), **where)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     checks, summary = lines[:-1], lines[-1]
@@ -117,6 +127,7 @@ def test_healthy_stack_every_line_ok_and_exit_0(tmp_path, openai_backends):
         "redis.keyspace",
         "secrets.secret_key",
         "secrets.status_token",
+        "node.web",
         "backend.live",
         "appproxy",
         "keys",
@@ -125,7 +136,7 @@ def test_healthy_stack_every_line_ok_and_exit_0(tmp_path, openai_backends):
     for secret in (BACKEND_KEY, STATUS_TOKEN):
         assert secret not in proc.stdout + proc.stderr
 
-    as_json = subprocess_doctor(tmp_path, backend_yaml(backend.url), "--json")
+    as_json = subprocess_doctor(tmp_path, backend_yaml(backend.url), "--json", **where)
     body = orjson.loads(as_json.stdout)
     assert as_json.returncode == 0 and body["ok"] is True
     assert {c["status"] for c in body["checks"]} == {"OK"}
@@ -307,3 +318,106 @@ def test_text_output_one_line_per_check_with_the_fix(node):
     assert exc.value.code == 1
     line = next(x for x in out.getvalue().splitlines() if "backend.live" in x)
     assert line.startswith("FAIL") and " — fix: start the backend or fix backends[0].url" in line
+
+
+# -- the node's own web ----------------------------------------------------------------
+
+
+def test_the_running_node_is_ok(node, running_node):
+    node.write_text("backends: []\n")
+    code, body = doctor()
+    check = by_name(body)["node.web"]
+    assert code == 0 and check["status"] == "OK"
+    assert f"http://127.0.0.1:{running_node.port}/livez" in check["found"]
+
+
+def test_a_stopped_node_fails_saying_so_with_make_run(node, monkeypatch):
+    """Nothing listens at ROUTER_PORT: node.web FAIL "the node is not running",
+    fix `make run`, one line of the text output."""
+    port = free_port()
+    monkeypatch.setenv("ROUTER_PORT", str(port))
+    node.write_text("backends: []\n")
+    code, body = doctor()
+    check = by_name(body)["node.web"]
+    assert code == 1 and check["status"] == "FAIL"
+    assert check["found"].startswith("the node is not running") and f"127.0.0.1:{port}" in check["found"]
+    assert check["fix"].startswith("start it with `make run`")
+
+    out = io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("doctor", stdout=out)
+    line = next(x for x in out.getvalue().splitlines() if "node.web" in x)
+    assert line.startswith("FAIL") and "the node is not running" in line and "fix: start it with `make run`" in line
+
+
+def test_a_node_on_every_interface_is_looked_for_on_loopback(node, monkeypatch, running_node):
+    monkeypatch.setenv("ROUTER_HOST", "0.0.0.0")
+    node.write_text("backends: []\n")
+    check = by_name(doctor()[1])["node.web"]
+    assert check["status"] == "OK" and f"http://127.0.0.1:{running_node.port}/livez" in check["found"]
+
+
+def test_another_program_on_the_port_is_not_taken_for_the_node(node, monkeypatch, keyed_backend):
+    """Something answers at ROUTER_PORT, but not the router's /livez: FAIL, naming the port."""
+    port = keyed_backend.rsplit(":", 1)[1]
+    monkeypatch.setenv("ROUTER_PORT", port)
+    node.write_text("backends: []\n")
+    code, body = doctor()
+    check = by_name(body)["node.web"]
+    assert code == 1 and check["status"] == "FAIL"
+    assert "HTTP 401" in check["found"] and "not this router" in check["found"]
+    assert "ROUTER_PORT" in check["fix"]
+
+
+def test_a_bad_router_port_is_named(node, monkeypatch):
+    monkeypatch.setenv("ROUTER_PORT", "eighty")
+    node.write_text("backends: []\n")
+    check = by_name(doctor()[1])["node.web"]
+    assert check["status"] == "FAIL" and "'eighty'" in check["found"] and "ROUTER_PORT" in check["fix"]
+
+
+def _demo_ports_closed() -> None:
+    """The demo backends' ports are fixed: wait out a demo node another test stopped."""
+    ports = (18001, 18002, 18434)
+    wait_until(lambda: not any(port_in_use("127.0.0.1", p) for p in ports), 30, what="the demo ports to close")
+
+
+def test_with_the_node_stopped_the_demo_backends_blame_the_node_not_their_urls(node, monkeypatch):
+    """The demo config with no node running: the demo backends (which the
+    node starts) are not answering because the node is down; the doctor
+    says so instead of "fix backends[i].url". A backend that does not
+    depend on the node (the command) is still checked as usual."""
+    _demo_ports_closed()
+    monkeypatch.setenv("ROUTER_PORT", str(free_port()))
+    node.write_text(DEMO_CONFIG.read_text())
+    code, body = doctor()
+    checks = by_name(body)
+    assert code == 1 and checks["node.web"]["status"] == "FAIL"
+    for i, name in enumerate(("demo-openai-a", "demo-openai-b", "demo-ollama")):
+        check = checks[f"backend.{name}"]
+        assert check["status"] == "WARN", check
+        assert "the node starts it" in check["found"] and "not running" in check["found"]
+        assert check["fix"] == "start the node with `make run` (it starts this backend)"
+        assert f"backends[{i}].url" not in check["fix"]
+    assert checks["backend.demo-cli"]["status"] == "OK"
+
+
+def test_with_the_node_running_a_missing_demo_backend_points_at_the_node(node):
+    """The node answers but a demo backend it should have started does not:
+    FAIL, and the fix is the node's output, not the backend's URL."""
+    _demo_ports_closed()
+    node.write_text(DEMO_CONFIG.read_text())
+    code, body = doctor()
+    check = by_name(body)["backend.demo-ollama"]
+    assert code == 1 and check["status"] == "FAIL"
+    assert "the node starts it" in check["found"]
+    assert "url" not in check["fix"] and "node's output" in check["fix"]
+
+
+def test_with_the_node_stopped_an_independent_backend_is_still_checked_as_such(node, monkeypatch):
+    """A backend of one's own does not depend on the node: with the node
+    stopped, a dead one still names its URL."""
+    monkeypatch.setenv("ROUTER_PORT", str(free_port()))
+    node.write_text(backend_yaml(f"http://127.0.0.1:{free_port()}"))
+    check = by_name(doctor()[1])["backend.live"]
+    assert check["status"] == "FAIL" and check["fix"] == "start the backend or fix backends[0].url"

@@ -16,7 +16,7 @@ from router.doctor import Context, exit_code, run
 
 
 class Command(BaseCommand):
-    help = "Check the YAML, the database, Redis, the secrets, the backends and (when enabled) the coordinator."
+    help = "Check the YAML, the database, Redis, the secrets, the node's web, the backends and (when enabled) the coordinator."
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser) -> None:
