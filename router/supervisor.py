@@ -18,6 +18,10 @@ Invariants:
   STABLE_S); the others keep running (the web keeps serving /v1).
 - The state of every child is written to a small JSON file that the web
   processes read for /readyz, /status and the dashboard (router.nodestate).
+- A child with a log file (`ChildSpec.log`) writes its output there, not to
+  the terminal (router/childlog.py): what reaches the terminal is the
+  supervisor's own lines — a start failure with the end of that child's log,
+  a restart naming its log, and each warning or error a child logs.
 """
 
 from __future__ import annotations
@@ -33,10 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .childlog import ChildLog
+
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
 STABLE_S = 30.0
 _PR_SET_PDEATHSIG = 1
+LOG_LIMIT_BYTES = 64 << 20  # per child log file; runnode: ROUTER_CHILD_LOG_BYTES
+LOG_READ_EVERY_S = 0.5
+LOG_TRIM_EVERY_S = 5.0
+ECHO_REPEAT_S = 10.0  # one message logged by several children (web and tasks) is said once
 
 
 class StartFailure(Exception):
@@ -50,6 +60,7 @@ class ChildSpec:
     listen: tuple[str, int] | None = None  # must accept connections to count as started
     start_window_s: float = 3.0
     stop_first: bool = False  # stopped (and waited for) before the others at a stop
+    log: Path | None = None  # its stdout and stderr; None: the supervisor's own (the terminal)
 
 
 @dataclass
@@ -63,6 +74,7 @@ class Child:
     restart_at: float = 0.0
     last_exit: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    log: ChildLog | None = None
 
     def view(self) -> dict[str, Any]:
         return {
@@ -111,25 +123,45 @@ def _die_with_parent(parent: int) -> Callable[[], None]:
 class Supervisor:
     def __init__(self, specs: list[ChildSpec], *, cwd: Path, env: Mapping[str, str] | None = None,
                  write_state: Callable[[dict[str, Any]], None] | None = None,
-                 say: Callable[[str], None] = print) -> None:
-        self.children = [Child(spec) for spec in specs]
+                 say: Callable[[str], None] = print, log_limit_bytes: int = LOG_LIMIT_BYTES) -> None:
+        self.children = [Child(spec, log=ChildLog(spec.log) if spec.log is not None else None) for spec in specs]
         self.cwd = cwd
         self.env = dict(env) if env is not None else None
         self._write_state = write_state
         self.say = say
         self.extra_state: dict[str, Any] = {}
         self._last_write = 0.0
+        self.log_limit_bytes = log_limit_bytes
+        self._logs_read_at = self._logs_trimmed_at = 0.0
+        self._echoed: dict[str, float] = {}
 
     # -- processes ---------------------------------------------------------
     def _spawn(self, child: Child) -> None:
-        child.proc = subprocess.Popen(child.spec.argv, cwd=self.cwd, env=self.env, start_new_session=True,
-                                      preexec_fn=_die_with_parent(os.getpid()))
+        out = child.log.open(child.spec.name) if child.log is not None else None
+        try:
+            child.proc = subprocess.Popen(child.spec.argv, cwd=self.cwd, env=self.env, start_new_session=True,
+                                          preexec_fn=_die_with_parent(os.getpid()),
+                                          stdout=out, stderr=subprocess.STDOUT if out is not None else None)
+        finally:
+            if out is not None:
+                out.close()  # the child has its own descriptor
         child.started_at = time.monotonic()
+
+    @staticmethod
+    def _output(child: Child) -> str:
+        """Where a start failure's reader finds what the child said."""
+        if child.log is None:
+            return " (see its output above)"
+        tail = child.log.tail()
+        shown = "".join(f"\n    {line}" for line in tail.splitlines()) if tail else "\n    (nothing)"
+        return f"; the end of its log ({child.log.path}):{shown}"
 
     def start(self, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Spawn every child and wait out their start windows; StartFailure
         (after stopping them all) when one exits or never listens."""
         for child in self.children:
+            if child.log is not None:
+                child.log.start()
             self._spawn(child)
         pending = list(self.children)
         while pending and not should_stop():
@@ -138,8 +170,7 @@ class Supervisor:
                 code = child.proc.poll()
                 if code is not None:
                     self.stop()
-                    raise StartFailure(f"{child.spec.name} exited with {code} while starting "
-                                       f"(see its output above)")
+                    raise StartFailure(f"{child.spec.name} exited with {code} while starting{self._output(child)}")
                 up = time.monotonic() - child.started_at
                 if child.spec.listen is not None:
                     if _accepts(*child.spec.listen):
@@ -149,7 +180,8 @@ class Supervisor:
                         self.stop()
                         host, port = child.spec.listen
                         raise StartFailure(f"{child.spec.name} does not accept connections on "
-                                           f"{host}:{port} after {child.spec.start_window_s:.0f}s")
+                                           f"{host}:{port} after {child.spec.start_window_s:.0f}s"
+                                           f"{self._output(child) if child.log is not None else ''}")
                 elif up >= child.spec.start_window_s:
                     child.state = "running"
                     pending.remove(child)
@@ -169,7 +201,8 @@ class Supervisor:
                     child.backoff_s = BACKOFF_MIN_S
                 child.state, child.restart_at = "restarting", now + child.backoff_s
                 self.say(f"router: {child.spec.name} exited with {proc.returncode}; "
-                         f"restarting in {child.backoff_s:.0f}s (restart {child.restarts + 1})")
+                         f"restarting in {child.backoff_s:.0f}s (restart {child.restarts + 1})"
+                         + (f"; its log: {child.log.path}" if child.log is not None else ""))
                 child.backoff_s = min(child.backoff_s * 2, BACKOFF_MAX_S)
                 changed = True
             elif child.state == "restarting" and now >= child.restart_at:
@@ -178,6 +211,32 @@ class Supervisor:
                 child.state = "running"
                 changed = True
         self.publish(force=changed)
+        self._read_logs(now)
+
+    def _read_logs(self, now: float) -> None:
+        """Say each warning or error the children logged (once, however many
+        of them logged it), then keep their files within the limit."""
+        if now - self._logs_read_at < LOG_READ_EVERY_S:
+            return
+        self._logs_read_at = now
+        self._echoed = {msg: at for msg, at in self._echoed.items() if now - at < ECHO_REPEAT_S}
+        logs = [(c.spec.name, c.log) for c in self.children if c.log is not None]
+        for name, log in logs:
+            try:
+                found = log.notable()
+            except OSError as exc:
+                found = [("warning", f"its log {log.path} not read: {exc}")]
+            for level, message in found:
+                if message not in self._echoed:
+                    self._echoed[message] = now
+                    self.say(f"router: {name}: {level}: {message}")
+        if now - self._logs_trimmed_at >= LOG_TRIM_EVERY_S:
+            self._logs_trimmed_at = now
+            for name, log in logs:
+                try:
+                    log.trim(self.log_limit_bytes)
+                except OSError as exc:
+                    self.say(f"router: {name}: its log {log.path} not trimmed: {exc}")
 
     def publish(self, force: bool = True) -> None:
         if self._write_state is None or (not force and time.monotonic() - self._last_write < 2.0):
