@@ -7,6 +7,15 @@ default, or daphne), the tasks process (Celery worker), beat (its scheduler,
 one per node: router/beatlock.py) and the events process (`runworker
 appproxy`, only when the `appproxy` section is enabled).
 
+What the terminal shows: one block once every child has started (the
+supervisor's start windows passed, the web accepting connections) with every
+address, the admin login, the config file and where the logs are; a line
+when the config file in use changes (./router.yaml created or removed); and
+the supervisor's own lines. The children's output (Celery's banners,
+uvicorn's, warnings of the runtime) goes to one file each in <var>/log/
+(router/childlog.py); each warning or error they log is also said on the
+terminal, and a child that cannot start is reported with the end of its log.
+
 A port already in use, or a child that exits during its start window, is a
 clear error and a non-zero exit. After start, a child that dies is restarted
 with backoff while the others keep serving; the children's states go to the
@@ -40,10 +49,11 @@ from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
 from router.config_schema import ConfigError, load
+from router.nodebanner import ready_block, started_names
 from router.nodestate import keyspace_heartbeat, write_state
 from router.redis import sync_client
 from router.services import resolve_config_path
-from router.supervisor import ChildSpec, StartFailure, Supervisor, port_in_use
+from router.supervisor import LOG_LIMIT_BYTES, ChildSpec, StartFailure, Supervisor, port_in_use
 
 log = logging.getLogger("router.node")
 
@@ -55,6 +65,7 @@ DEMO_BACKENDS = [
 WEB_START_WINDOW_S = float(os.environ.get("ROUTER_WEB_START_SECONDS", "60"))
 CHILD_START_WINDOW_S = float(os.environ.get("ROUTER_CHILD_START_SECONDS", "3"))
 KEYSPACE_CHECK_S = 5.0
+CONFIG_CHECK_S = 1.0
 STOP_GRACE_DEFAULT = 30
 # The supervisor's wait past the web's grace before it kills: the web's own
 # shutdown after the grace (the cut requests' last frames, the runtime's
@@ -78,6 +89,34 @@ def stop_grace(env) -> int:
     if value < 0:
         raise CommandError(f"ROUTER_STOP_GRACE must be a whole number of seconds >= 0, got {raw!r}.")
     return value
+
+
+def child_log_bytes(env) -> int:
+    """ROUTER_CHILD_LOG_BYTES: the size past which a child's log file moves to
+    `<file>.1` (router/childlog.py); a bad value fails the start, naming it."""
+    raw = (env.get("ROUTER_CHILD_LOG_BYTES") or "").strip()
+    if not raw:
+        return LOG_LIMIT_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise CommandError(f"ROUTER_CHILD_LOG_BYTES must be a whole number of bytes >= 1, got {raw!r}.")
+    return value
+
+
+def logs_dir() -> Path:
+    """Where the children's output goes: one file each (router/childlog.py)."""
+    return settings.VAR_DIR / "log"
+
+
+def config_moved(previous: Path) -> Path | None:
+    """The config file now in use (ROUTER_CONFIG, else ./router.yaml, else the
+    demo's: the tasks process resolves it the same way at each look) when it
+    is no longer `previous`, e.g. a router.yaml created beside the demo."""
+    now = resolve_config_path()
+    return now if now != previous else None
 
 
 def demo_backends(cfg) -> list[list[str]]:
@@ -106,9 +145,15 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("ROUTER_PORT", "8000")))
         parser.add_argument("--workers", type=int, default=int(os.environ.get("ROUTER_WEB_WORKERS", "1")))
         parser.add_argument("--no-tasks", action="store_true", help="don't start the Celery worker and beat")
+        parser.add_argument("--child-output", choices=["files", "inherit"],
+                            default=os.environ.get("ROUTER_CHILD_OUTPUT", "files"),
+                            help="files: each child's output in <var>/log/<child>.log (a terminal shows the "
+                                 "ready block and the warnings); inherit: on runnode's own stdout and stderr "
+                                 "(a container's log)")
 
     def handle(self, *args, **opts):
         opts["stop_grace"] = grace = stop_grace(os.environ)
+        log_bytes = child_log_bytes(os.environ)
         path = resolve_config_path()
         try:
             cfg, _ = load(path)
@@ -121,7 +166,7 @@ class Command(BaseCommand):
                 hint = ("is another demo node running? stop it, or run your own config (ROUTER_CONFIG)"
                         if spec.name.startswith("demo") else "stop what uses it, or pass --port / ROUTER_PORT")
                 raise CommandError(f"{spec.name}: port {spec.listen[1]} on {spec.listen[0]} is already in use; {hint}")
-        self._ensure_admin()
+        admin = self._ensure_admin()
 
         stopping = False
 
@@ -134,11 +179,17 @@ class Command(BaseCommand):
         # One coordinator node_id per node start, shared by every child (web,
         # tasks, events) and never reused: a restarted node is a new session.
         os.environ["APPPROXY_NODE_ID"] = str(uuid.uuid4())
+        # The children write to files: unbuffered, so what a child said before
+        # it died (a start failure's traceback) is in its file.
+        os.environ["PYTHONUNBUFFERED"] = "1"
         self._metrics_dir(opts)
         node = Supervisor(specs, cwd=settings.BASE_DIR,
                           write_state=lambda state: write_state(settings.ROUTER_NODE_STATE_FILE, state),
-                          say=lambda line: self.stderr.write(line))
-        self.stdout.write(f"router: config {path}\nrouter: starting {', '.join(s.name for s in specs)}")
+                          say=lambda line: self.stderr.write(line), log_limit_bytes=log_bytes)
+        started = started_names(specs, opts["workers"])
+        files = [spec.log.name for spec in specs if spec.log is not None]
+        logs = f"{logs_dir()}/  ({', '.join(files)})" if files else "this terminal (--child-output inherit)"
+        self.stdout.write(f"router: starting {started}; their logs: {logs}")
         def stop_node() -> None:
             self.stdout.write(f"router: stopping (requests in flight get up to {grace}s)")
             node.stop(grace_s=grace + STOP_MARGIN_S, first_s=DEREGISTER_WAIT_S)
@@ -150,17 +201,19 @@ class Command(BaseCommand):
         if stopping:
             stop_node()
             sys.exit(0)
-        self.stdout.write(
-            f"router: /v1 at http://{host}:{port}/v1   dashboard: http://{host}:{port}/dashboard/\n"
-            f"router: Redis namespace {settings.ROUTER_REDIS_PREFIX!r}\n"
-            "router: Ctrl-C stops everything"
-        )
+        self.stdout.write(ready_block(host=host, port=port, started=started, admin=admin, config=path, logs=logs,
+                                      namespace=settings.ROUTER_REDIS_PREFIX))
         try:
-            last_check, warned = 0.0, set()
+            last_check, last_config, warned = 0.0, time.monotonic(), set()
             while not stopping:
                 if time.monotonic() - last_check >= KEYSPACE_CHECK_S:
                     last_check = time.monotonic()
                     node.extra_state["keyspace_shared_with"] = self._check_keyspace(warned)
+                if time.monotonic() - last_config >= CONFIG_CHECK_S:
+                    last_config = time.monotonic()
+                    if (moved := config_moved(path)) is not None:
+                        self.stdout.write(f"router: config file now {moved} (was {path})")
+                        path = moved
                 node.tick()
                 time.sleep(0.2)
         finally:
@@ -216,6 +269,9 @@ class Command(BaseCommand):
         if appproxy:
             specs.append(ChildSpec("events", [py, "manage.py", "runworker", "appproxy"],
                                    start_window_s=CHILD_START_WINDOW_S))
+        if opts.get("child_output", "files") == "files":
+            for spec in specs:  # "demo demo-openai-a" writes demo-openai-a.log
+                spec.log = logs_dir() / f"{spec.name.split()[-1]}.log"
         return specs
 
     def _check_keyspace(self, warned: set[str]) -> list[str]:
@@ -235,14 +291,19 @@ class Command(BaseCommand):
         warned.update(others)
         return others
 
-    def _ensure_admin(self) -> None:
-        """A first-run dashboard login; the password goes to var/, never to the log."""
+    def _ensure_admin(self) -> str:
+        """A first-run dashboard login; the password goes to var/, never to the
+        terminal or a log. Returns who signs in and where the password is."""
         User = get_user_model()
-        if User.objects.filter(is_superuser=True).exists():
-            return
-        password = secrets.token_urlsafe(18)
-        User.objects.create_superuser("admin", "", password)
         target = settings.VAR_DIR / "admin-password"
-        target.write_text(password + "\n")
-        target.chmod(0o600)
-        self.stdout.write(f"router: dashboard user 'admin' created; its password is in {target}")
+        superusers = User.objects.filter(is_superuser=True)
+        if not superusers.exists():
+            password = secrets.token_urlsafe(18)
+            User.objects.create_superuser("admin", "", password)
+            target.write_text(password + "\n")
+            target.chmod(0o600)
+            return f"admin  (created now; its password is in {target})"
+        if superusers.filter(username="admin").exists() and target.exists():
+            return f"admin  (its password is in {target})"
+        name = superusers.order_by("pk").values_list("username", flat=True).first()
+        return f"{name}  (a password of your own; manage.py changepassword {name} sets a new one)"
