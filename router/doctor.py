@@ -440,7 +440,7 @@ def _node_started_backend_down(ctx: Context, name: str, found: str) -> Iterator[
         yield fail(
             name,
             f"{found} (a demo backend: the node starts it, yet it does not answer)",
-            "see the node's output (`make run`): did this backend fail to start, its port taken?",
+            "see its log in the node's var/log/ (`make run` names it): did it fail to start, its port taken?",
         )
 
 

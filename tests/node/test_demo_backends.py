@@ -5,7 +5,6 @@ they stream at a human pace, so the README's streaming example shows it."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -13,7 +12,8 @@ from openai import OpenAI
 
 from router import demo as router_demo
 from router.config_schema import load
-from router.management.commands.runnode import DEMO_BACKENDS, demo_backends
+from router.demo import DEMO_BACKENDS
+from router.management.commands.runnode import demo_backends
 from router.services import DEMO_CONFIG
 from router.supervisor import port_in_use
 from tests.support.nodeproc import CONFIG, NodeProc
@@ -63,10 +63,9 @@ def demo_node():
         )
 
 
-def test_the_doctor_knows_the_demo_backends_the_node_starts(tmp_path):
-    """router.demo (what `doctor` reads to blame a down demo backend on the
-    node) names the same backends, by the same rule, as runnode starts."""
-    assert router_demo.DEMO_BACKENDS == DEMO_BACKENDS
+def test_only_plain_http_on_loopback_at_a_demo_port_is_started_by_the_node(tmp_path):
+    """The rule runnode and `doctor` share (router.demo): a backend is the
+    node's to start only at http://127.0.0.1 or localhost on a demo port."""
     own = tmp_path / "own.yaml"
     own.write_text(
         "backends:\n"
@@ -75,11 +74,9 @@ def test_the_doctor_knows_the_demo_backends_the_node_starts(tmp_path):
         "  - {name: tls, url: 'https://127.0.0.1:18002', models: [z]}\n"
         "  - {name: odd, url: 'http://127.0.0.1:18003', models: [w]}\n"
     )
-    for path in (DEMO_CONFIG, own):
-        cfg = load(path)[0]
-        assert router_demo.demo_backends(cfg.backends) == demo_backends(cfg)
-        started = [b.name for b in cfg.backends if router_demo.started_by_node(b.url)]
-        assert started == [b.name for b in cfg.backends if demo_backends(SimpleNamespace(backends=[b]))]
+    cfg = load(own)[0]
+    assert [b.name for b in cfg.backends if router_demo.started_by_node(b.url)] == ["mine"]
+    assert _names(demo_backends(cfg)) == ["demo-ollama"]
 
 
 def test_a_node_on_a_copied_demo_config_answers_from_the_demo_backends(demo_node):

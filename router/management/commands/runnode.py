@@ -41,7 +41,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -49,6 +48,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
 from router.config_schema import ConfigError, load
+from router.demo import demo_backends as started_demo_backends
 from router.nodebanner import ready_block, started_names
 from router.nodestate import keyspace_heartbeat, write_state
 from router.redis import sync_client
@@ -57,11 +57,6 @@ from router.supervisor import LOG_LIMIT_BYTES, ChildSpec, StartFailure, Supervis
 
 log = logging.getLogger("router.node")
 
-DEMO_BACKENDS = [
-    ["fakes.openai_backend", "--port", "18001", "--name", "demo-openai-a", "--models", "demo-chat,demo"],
-    ["fakes.openai_backend", "--port", "18002", "--name", "demo-openai-b", "--models", "demo-chat,demo"],
-    ["fakes.ollama_backend", "--port", "18434", "--name", "demo-ollama", "--models", "llama3.2"],
-]
 WEB_START_WINDOW_S = float(os.environ.get("ROUTER_WEB_START_SECONDS", "60"))
 CHILD_START_WINDOW_S = float(os.environ.get("ROUTER_CHILD_START_SECONDS", "3"))
 KEYSPACE_CHECK_S = 5.0
@@ -120,20 +115,10 @@ def config_moved(previous: Path) -> Path | None:
 
 
 def demo_backends(cfg) -> list[list[str]]:
-    """The demo backends the config points at (by URL: 127.0.0.1 or localhost
-    at a demo port). Copying the demo config to router.yaml, to try blocking
-    keys say, keeps its backends running; a config of one's own that names
-    none starts none."""
-    wanted = set()
-    for backend in cfg.backends:
-        url = urlsplit(backend.url or "")
-        try:
-            port = url.port
-        except ValueError:
-            continue
-        if url.scheme == "http" and url.hostname in {"127.0.0.1", "localhost"} and port is not None:
-            wanted.add(port)
-    return [argv for argv in DEMO_BACKENDS if int(argv[2]) in wanted]
+    """The demo backends the config points at (router/demo.py). Copying the
+    demo config to router.yaml, to try blocking keys say, keeps its backends
+    running; a config of one's own that names none starts none."""
+    return started_demo_backends(cfg.backends)
 
 
 class Command(BaseCommand):
