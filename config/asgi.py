@@ -97,7 +97,7 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
     then an admission slot for as long as it is served (the module doc)."""
     refusal = precheck(scope)
     if refusal is not None:
-        await direct.send_head_refusal(path, send, refusal)
+        await direct.send_head_refusal(scope, send, refusal)
         return
     guard = Guard(scope, receive, send, body_s=lim.body_timeout_s, send_s=lim.send_timeout_s)
     try:
@@ -120,7 +120,7 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
             raise  # the server's stop, and the door has said what it had to
         asyncio.current_task().uncancel()  # type: ignore[union-attr]
         if guard.expired is None:  # the server's stop, before the door answered (its body still arriving)
-            await direct.send_head_refusal(path, send, ShuttingDown())
+            await direct.send_head_refusal(scope, send, ShuttingDown())
         elif guard.expired == BODY:
             await server.send_refusal(send, 408, server.body_timeout_body(lim), ((b"connection", b"close"),))
     finally:

@@ -40,7 +40,8 @@ from typing import Any
 
 from django.conf import settings
 
-from ..admission import Call
+from .. import tracing
+from ..admission import Call, headers_of
 from ..core.errors import RequestTooLarge, RouterError, ShuttingDown
 from ..observe import Gaps
 from ..pipeline import Routed, refused
@@ -178,14 +179,23 @@ async def read_request(scope: dict[str, Any], receive, send) -> bytes | None:
     return raw
 
 
-async def send_head_refusal(path: str, send, exc: RouterError) -> None:
-    """A refusal decided from the request head alone (`admission.precheck`),
-    in the shape of the door the path belongs to, and observed as the door
-    would observe it."""
+_TRACED_ANTHROPIC = {"/v1/messages": "chat/completions", "/v1/messages/count_tokens": "messages/count_tokens"}
+
+
+async def send_head_refusal(scope: dict[str, Any], send, exc: RouterError) -> None:
+    """A refusal decided from the request head alone (`admission.precheck`, a
+    stop before the body was read), in the shape of the door the path belongs
+    to, observed and traced as that door would."""
+    started = perf_counter()
+    path = scope["path"]
     anthropic = path.startswith("/v1/messages")
-    endpoint = (PATHS.get(path) or path.removeprefix("/v1/"))[:64]
+    traced = _TRACED_ANTHROPIC.get(path) if anthropic else PATHS.get(path)
+    endpoint = traced or path.removeprefix("/v1/")[:64]
     obs = {"endpoint": endpoint, "frontend": "anthropic"} if anthropic else {"endpoint": endpoint, "frontend": "openai"}
-    refused(exc, obs, perf_counter())
+    trace = None
+    if tracing.ENABLED and traced is not None and scope["method"] == "POST":
+        trace = tracing.begin("POST", path, endpoint, headers_of(Call(scope)))
+    refused(exc, obs, started, trace)
     if not anthropic:
         await send_error(send, exc)
         return
