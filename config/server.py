@@ -243,7 +243,37 @@ def _httptools_base():
     return HttpToolsProtocol
 
 
-class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools") else object):  # type: ignore[misc]
+def head_deadline(loop: asyncio.AbstractEventLoop, late) -> asyncio.TimerHandle | None:  # type: ignore[no-untyped-def]
+    """The timer of one request head (a connection's first from its opening,
+    later ones from their first byte; uvicorn's keep-alive timeout covers the
+    idle time between requests). None when ROUTER_HEADER_TIMEOUT is 0."""
+    seconds = limits().header_timeout_s
+    return loop.call_later(seconds, late) if seconds > 0 else None
+
+
+class HeadDeadline:
+    """A connection's head timer (`head_deadline`), for a uvicorn protocol
+    class: armed when the connection opens, cancelled when it is lost; the
+    protocol re-arms it for each later head and calls `_head_late` on expiry."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    loop: asyncio.AbstractEventLoop
+
+    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+        super().connection_made(transport)  # type: ignore[misc]
+        self._head_timer = head_deadline(self.loop, self._head_late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _head_late(self) -> None:
+        raise NotImplementedError
+
+
+class HttpToolsProtocol(HeadDeadline, _httptools_base() if importlib.util.find_spec("httptools") else object):  # type: ignore[misc]
     """uvicorn's httptools protocol, refusing an over-large head while parsing.
 
     httptools (llhttp) has no header limits of its own: it would gather a
@@ -258,17 +288,6 @@ class HttpToolsProtocol(_httptools_base() if importlib.util.find_spec("httptools
     _head_count = 0
     _head_size = 0
     _hosts = 0
-    _head_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
-        super().connection_made(transport)
-        self._head_timer = head_deadline(self.loop, self._head_late)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -391,33 +410,13 @@ class HeadHeld:
         return getattr(self._transport, name)
 
 
-def head_deadline(loop: asyncio.AbstractEventLoop, late) -> asyncio.TimerHandle | None:  # type: ignore[no-untyped-def]
-    """The timer of one request head (a connection's first from its opening,
-    later ones from their first byte; uvicorn's keep-alive timeout covers the
-    idle time between requests). None when ROUTER_HEADER_TIMEOUT is 0."""
-    seconds = limits().header_timeout_s
-    return loop.call_later(seconds, late) if seconds > 0 else None
-
-
-class H11Protocol(h11_impl.H11Protocol):
+class H11Protocol(HeadDeadline, h11_impl.H11Protocol):
     """uvicorn's h11 protocol: h11 caps a head that is still arriving at
     --h11-max-incomplete-event-size (see `uvicorn_args`) and hints 431, which
     uvicorn would answer with a plain-text 400. A head that arrives whole is
     parsed whatever its size: the ASGI entry point's count and byte checks
     catch it. h11 itself refuses a 1.1 request without Host or with two; the
     head deadline is ours, as in `HttpToolsProtocol`."""
-
-    _head_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
-        super().connection_made(transport)
-        self._head_timer = head_deadline(self.loop, self._head_late)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)

@@ -17,6 +17,7 @@ import pytest
 
 from fakes import openai_backend
 from fakes.server import Behavior
+from tests.support import routerproc
 from tests.support.routerproc import RouterProc, wait_until
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -145,7 +146,10 @@ def test_a_client_that_stops_reading_loses_its_stream_and_frees_the_backend(path
                 sock.close()
 
 
-def test_a_head_that_never_completes_is_answered_408_and_closed(backend):
+@pytest.mark.parametrize("protocol", ["HttpToolsProtocol", "H11Protocol"])
+def test_a_head_that_never_completes_is_answered_408_and_closed(backend, protocol, monkeypatch):
+    if protocol == "H11Protocol":
+        monkeypatch.setattr(routerproc, "uvicorn_args", lambda env=None: ["--http", "config.server:H11Protocol"])
     with RouterProc(config_for(backend), env={"ROUTER_HEADER_TIMEOUT": "1"}) as router:
         silent = socket.create_connection(("127.0.0.1", router.port), timeout=30)
         partial = socket.create_connection(("127.0.0.1", router.port), timeout=30)

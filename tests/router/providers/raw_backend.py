@@ -102,3 +102,4 @@ class RawBackend:
             self.cut.set()
         finally:
             writer.close()
+

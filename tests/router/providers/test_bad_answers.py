@@ -12,7 +12,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.router.providers.raw_backend import RawBackend, chunk, completion, head
+from tests.router.providers.raw_backend import chunk, completion, head
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
 HTML = b"<html><body>Bad gateway, but with a smile</body></html>"
@@ -25,20 +25,6 @@ def config(url: str, *, served: str | None = None, extra: str = "") -> str:
         f"backends:\n  - {{name: a, url: '{url}', models: [m]{rename}}}\n{extra}"
         "health: {enabled: true, failure_threshold: 1, cooldown: 60}\n"
     )
-
-
-@pytest.fixture
-def raw():
-    started: list[RawBackend] = []
-
-    def make(answer) -> RawBackend:
-        backend = RawBackend(answer).start()
-        started.append(backend)
-        return backend
-
-    yield make
-    for backend in started:
-        backend.stop()
 
 
 def bad_response(r: httpx.Response) -> dict:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import httpx
 import orjson
-import pytest
 
 from router.providers.framing import MAX_LINE
-from tests.router.providers.raw_backend import RawBackend, head
+from tests.router.providers.raw_backend import head
 from tests.support.routerproc import wait_until
 
 HUGE = 3 * MAX_LINE  # far more than the router may hold, or a socket buffers
@@ -35,20 +34,6 @@ def endless_line(before: bytes):
         yield b'"}\n\ndata: [DONE]\n\n'
 
     return answer
-
-
-@pytest.fixture
-def raw():
-    started: list[RawBackend] = []
-
-    def make(answer) -> RawBackend:
-        backend = RawBackend(answer).start()
-        started.append(backend)
-        return backend
-
-    yield make
-    for backend in started:
-        backend.stop()
 
 
 def backend_row(router) -> dict:
