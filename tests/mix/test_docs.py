@@ -73,21 +73,21 @@ def test_classifier_table_matches_the_code():
 
 
 def test_path_selectors_are_all_documented():
-    text = " ".join(section("No client path selector (MIX-2)").split())
+    text = " ".join(section("No client path selector").split())
     for name in _PATH_SELECTORS:
         assert f"`metadata.{name}`" in text
     assert "the same four names at the top level" in text and len(_PATH_SELECTORS) == 4
 
 
 def test_extensions_are_documented():
-    text = " ".join(section("Normalized path (MIX-5)").split())
+    text = " ".join(section("Normalized path").split())
     for name, target in EXTENSION_OPTIONS.items():
         assert f"`{name}` → `options.{target}`" in text
     assert "`think`" in text
 
 
 def test_scenario_map_names_tests_that_exist():
-    rows = table_rows(section("Acceptance scenarios (seed 002) → tests"))
+    rows = table_rows(section("Acceptance scenarios → tests"))
     assert [r[0] for r in rows] == [f"S{i:02d}" for i in range(1, 11)]
     current = None
     for _, _, tests in rows:

@@ -4,7 +4,7 @@ Starts, as supervised child processes (router/supervisor.py): the demo
 backends (each one a backend of the config points at: the bundled demo
 config, or a copy of it), the web server (uvicorn by
 default, or daphne), the tasks process (Celery worker), beat (its scheduler,
-one per node: router/beatlock.py) and the events process (`runworker
+one per node: router/beat.py) and the events process (`runworker
 appproxy`, only when the `appproxy` section is enabled).
 
 What the terminal shows: one block once every child has started (the
