@@ -404,14 +404,14 @@ def test_with_the_node_stopped_the_demo_backends_blame_the_node_not_their_urls(n
 
 def test_with_the_node_running_a_missing_demo_backend_points_at_the_node(node):
     """The node answers but a demo backend it should have started does not:
-    FAIL, and the fix is the node's output, not the backend's URL."""
+    FAIL, and the fix is the backend's log in the node's var dir, not its URL."""
     _demo_ports_closed()
     node.write_text(DEMO_CONFIG.read_text())
     code, body = doctor()
     check = by_name(body)["backend.demo-ollama"]
     assert code == 1 and check["status"] == "FAIL"
     assert "the node starts it" in check["found"]
-    assert "url" not in check["fix"] and "node's output" in check["fix"]
+    assert "url" not in check["fix"] and "var/log/" in check["fix"]
 
 
 def test_with_the_node_stopped_an_independent_backend_is_still_checked_as_such(node, monkeypatch):
