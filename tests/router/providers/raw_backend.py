@@ -48,15 +48,14 @@ def completion(model: str, text: str = "hi") -> bytes:
     })
 
 
-class RawBackend:
-    def __init__(self, answer: Answer, *, pause: float = 0.005) -> None:
-        self.answer = answer
-        self.pause = pause
-        self.posts = 0
-        self.written = 0
-        self.cut = threading.Event()
+class LoopServer:
+    """A loopback TCP server on an event loop in a thread of its own: `start()`
+    listens on a free port, `stop()` closes it and cancels its connections.
+    Subclasses write `_serve(reader, writer)`."""
+
+    def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="raw-backend", daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name=type(self).__name__, daemon=True)
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -83,6 +82,19 @@ class RawBackend:
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class RawBackend(LoopServer):
+    def __init__(self, answer: Answer, *, pause: float = 0.005) -> None:
+        super().__init__()
+        self.answer = answer
+        self.pause = pause
+        self.posts = 0
+        self.written = 0
+        self.cut = threading.Event()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -24,6 +24,7 @@ from router.core.errors import UpstreamResponseTooLarge
 from router.providers.base import UpstreamFailed
 from router.providers.http import LeanAiohttpTransport, send
 from router.providers.plain import MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS
+from tests.router.providers.raw_backend import LoopServer
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
 BODY = (
@@ -63,37 +64,24 @@ def early_hints(total: int) -> Iterator[bytes]:
     yield ok_head() + BODY
 
 
-class RawUpstream:
+class RawUpstream(LoopServer):
     """A loopback upstream on a thread of its own: every request is answered
     with the byte pieces `answer()` yields (each drained), then the
     connection is held until the client closes it, so a client that keeps a
     connection it should drop waits for ever (the test's own limit ends it)."""
 
     def __init__(self, answer: Callable[[], Iterable[bytes]]) -> None:
+        super().__init__()
         self.answer = answer
         self.requests = 0
         self.written = 0
         self.closed = threading.Event()  # the client closed a connection
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="raw-upstream", daemon=True)
 
     def __enter__(self) -> RawUpstream:
-        self._thread.start()
-        start = asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self._server = asyncio.run_coroutine_threadsafe(start, self._loop).result(10)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
+        return self.start()
 
     def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self.stop()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
