@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -27,8 +28,18 @@ def _secret_key() -> str:
         return key
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # Whole or not at all: processes starting together on a fresh var dir
+        # (a node's children, parallel test workers) must never read a file
+        # another one has created but not yet written. The first link wins.
+        fd, tmp = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")
+        try:
+            os.write(fd, secrets.token_urlsafe(50).encode())
+            os.close(fd)
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
     return path.read_text().strip()
 
 
