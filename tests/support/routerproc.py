@@ -32,10 +32,27 @@ PY = sys.executable
 _TEMPLATE: Path | None = None
 
 
+# Ports a test hands to a child process to listen on. Not the kernel's
+# ephemeral range (32768-60999 on Linux): a port picked there can be taken as
+# the local port of any outgoing connection before the child binds it, and a
+# parallel run makes thousands of those. Each process walks this range from
+# its own start, so parallel test workers rarely meet; a port still bound (a
+# child of an earlier test) is skipped.
+_PORTS = range(20000, 32000)
+_next_port = _PORTS.start + (os.getpid() * 997) % len(_PORTS)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port, _next_port = _next_port, _PORTS.start + (_next_port + 1 - _PORTS.start) % len(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
