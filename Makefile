@@ -17,9 +17,13 @@ run: setup
 run-daphne: setup
 	@$(PY) manage.py runnode --server daphne
 
-## The whole test suite (real Redis, real HTTP servers on loopback).
+## The whole test suite (real Redis, real HTTP servers on loopback), on
+## TEST_WORKERS parallel workers (each its own Redis prefix, var dir and
+## ports; a test file stays on one worker, so its shared stack starts once).
+## Most tests wait on processes and sockets, so more workers than cores pays.
+TEST_WORKERS ?= 4
 test: setup-dev
-	@$(PY) -m pytest
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 ## ruff, mypy, and the import contracts of pyproject.toml (router imports neither keys nor appproxy, …).
 ## The fault suite: real stacks (own Redis, own PostgreSQL), injected faults, one table (a few minutes).
