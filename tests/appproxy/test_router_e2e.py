@@ -52,8 +52,10 @@ def sdk(node: RouterNode, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=node.url + "/v1", api_key=key, max_retries=0, timeout=30)
 
 
-def backend_of(node: RouterNode, model: str, key: str) -> str | None:
-    raw = sdk(node, key).chat.completions.with_raw_response.create(
+def backend_of(node: RouterNode | openai.OpenAI, model: str, key: str = "") -> str | None:
+    """Which replica answered; given a client, reuses it (and its connection)."""
+    client = node if isinstance(node, openai.OpenAI) else sdk(node, key)
+    raw = client.chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": "hi"}]
     )
     return answered_by(raw.http_response)
@@ -96,7 +98,8 @@ def test_weights_compose_and_keys_gate_models(cluster, replicas):
         for model in ("llama-4-chat", "llama-4"):
             # 500 per name, 1,000 per node; smooth weighted round robin keeps
             # every share within ±4 points of the composed weight.
-            seen = Counter(backend_of(node, model, open_plain) for _ in range(500))
+            client = sdk(node, open_plain)
+            seen = Counter(backend_of(client, model) for _ in range(500))
             assert set(seen) == set(expected), seen
             for name, share in expected.items():
                 assert abs(seen[name] / 500 - share) < 0.04, (model, seen)

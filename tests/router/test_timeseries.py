@@ -49,12 +49,14 @@ def drain_through(*observations: dict, timeout: float = 60.0) -> list[dict]:
         task = asyncio.create_task(observe.run_drainer(interval=0.01))
         try:
             deadline = time.monotonic() + timeout
-            while requests_in_redis() < before + len(observations):
+            # Counted off the loop (a scan of the whole keyspace must not
+            # starve the drainer it waits for), a few times a second.
+            while await asyncio.to_thread(requests_in_redis) < before + len(observations):
                 if task.done():
                     task.result()
                 if time.monotonic() > deadline:
                     raise AssertionError(f"drainer did not write {len(observations)} observations")
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.1)
         finally:
             task.cancel()
 
