@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "appproxy",
     "channels",
     "router",
+    "node",
     "keys",
     "dashboard",
 ]

@@ -1,4 +1,4 @@
-"""The one YAML writer (router/config_watch.py, run by the tasks process):
+"""The one YAML writer (node/config_watch.py, run by the tasks process):
 applies an edited file once, keeps the old state on a refused edit and
 leaves the refusal where every web process can report it."""
 
