@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from node import supervisor
 from node.childlog import ChildLog
 from node.supervisor import ChildSpec, StartFailure, Supervisor
-from router import supervisor
 from tests.support.routerproc import wait_until
 
 SAYS = r"""

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from django.db import OperationalError
 
-from router import config_watch
+from node import config_watch
 from router.models import Backend, ConfigDocument
 from router.redis import sync_client
 from router.revision import config_error_key, current_revision
