@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from router.redis import sync_client
 from router.timeseries import DIMS, EDGES_MS, MINUTE, OTHER, ROLLUP, STATUS_CODES, Counts, key
 
 WINDOWS = {"15m": (MINUTE, 15), "1h": (MINUTE, 60), "24h": (ROLLUP, 288)}
@@ -140,6 +139,8 @@ def series(
         raise ValueError("filter names one dimension, the breakdown's if there is one")
     res, n = WINDOWS[window]
     if client is None:
+        from router.redis import sync_client  # looked up per call: the process's client as it is now
+
         client = sync_client()
     last = int((now if now is not None else time.time()) // res) * res
     ts = [last - (n - 1 - i) * res for i in range(n)]
