@@ -12,7 +12,7 @@ RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 # Bytecode in the image: PYTHONDONTWRITEBYTECODE stops a process writing it,
 # not reading it, and every process start would compile the project again.
-RUN python -m compileall -q appproxy config dashboard fakes keys router manage.py
+RUN python -m compileall -q appproxy config dashboard fakes keys node router manage.py
 RUN useradd --system --home /var/lib/router router && mkdir -p /var/lib/router \
     && chown router /var/lib/router && chmod +x scripts/entrypoint.sh
 USER router

@@ -26,8 +26,8 @@ from typing import Any
 import redis
 from django.utils import timezone
 
+from node.doctor import Context, Result, fail, ok, warn
 from router.core.backend import masked_url
-from router.doctor import Context, Result, fail, ok, warn
 
 from . import node
 from .client import CoordinatorError, CoordinatorUnavailable, WorkerNotFound

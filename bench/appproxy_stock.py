@@ -196,7 +196,7 @@ appproxy:
 
 
 def node_cmds(port: int, tmp: Path, authority: str) -> dict[str, list[str]]:
-    """What `manage.py runnode` starts for a legacy worker node (router/management/commands/runnode.py)."""
+    """What `manage.py runnode` starts for a legacy worker node (node/management/commands/runnode.py)."""
     return {
         "web": router_cmd("uvicorn", port),
         "tasks": [

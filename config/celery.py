@@ -5,21 +5,22 @@ import os
 from celery import Celery
 from celery.signals import beat_init, celeryd_after_setup, worker_ready
 
-from router import beat, gcwork
+from node import beat
+from router import gcwork
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("router")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-# The tasks process is the one writer of the YAML (router/config_watch.py).
-app.conf.imports = ("router.config_watch",)
+# The tasks process is the one writer of the YAML (node/config_watch.py).
+app.conf.imports = ("node.config_watch",)
 
 # The task queue is CELERY_TASK_DEFAULT_QUEUE of config/settings.py: the
 # node's Redis namespace + "tasks", so routers on one Redis never share it.
 
 # One warning per broker outage instead of a stack trace per due task.
-app.conf.beat_scheduler = "router.beat:QuietScheduler"
+app.conf.beat_scheduler = "node.beat:QuietScheduler"
 app.conf.beat_schedule = {
     # Apply the YAML file when it changed (digest-checked; a no-op otherwise).
     "router-sync-config": {"task": "router.sync_config", "schedule": 1.0, "options": {"expires": 1.0}},

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "appproxy",
     "channels",
     "router",
+    "node",
     "keys",
     "dashboard",
 ]

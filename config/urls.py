@@ -4,7 +4,8 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 
 from config import root
-from router import api, ops
+from node import ops
+from router import api
 
 urlpatterns = [
     path("", root.root),  # a browser to the dashboard, anyone else a 404 saying where to go

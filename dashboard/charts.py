@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 from django.http import QueryDict
 from django.urls import reverse
 
-from router import timeseries
+from node import timeseries
+from router.timeseries import VALUE_CAP
 
 WINDOWS = (("15m", "15 min"), ("1h", "1 h"), ("24h", "24 h"))
 BREAKDOWNS = (("", "all"), ("node", "per node"), ("model", "per model"), ("backend", "per backend"))
@@ -82,7 +83,7 @@ def page_context(query: QueryDict) -> dict[str, Any]:
         "buckets": buckets,
         "window_title": dict(WINDOWS)[choice.window],
         "by_title": dict(BREAKDOWNS)[choice.by],
-        "value_cap": timeseries.VALUE_CAP,
+        "value_cap": VALUE_CAP,
         "top": timeseries.TOP,
     }
 

@@ -1,9 +1,9 @@
-"""The Cluster page's reading: router.cluster's state shaped for the matrix.
+"""The Cluster page's reading: node.cluster's state shaped for the matrix.
 
 Columns are the processes that route (web processes; the tasks process lists
 no backends), rows the backends, unhealthy-somewhere and disagreeing ones
 first; the HTML shows at most MAX_ROWS rows (the JSON carries them all,
-bounded by router.cluster's caps).
+bounded by the cluster view's caps).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from router import cluster
+from node import cluster
 
 from .selectors import iso
 

@@ -27,12 +27,12 @@ from django.utils import timezone
 
 from keys import usage as key_usage
 from keys.selectors import key_list, record_id
+from node.nodestate import node_health
+from node.ops import readiness
 from router.cluster import verdict
 from router.core.backend import masked_url
 from router.core.health import IDLE, BackendState
 from router.core.snapshot import EMPTY, Snapshot
-from router.nodestate import node_health
-from router.ops import readiness
 from router.providers import path_of
 from router.revision import current_revision
 from router.runtime import Runtime

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from django.db.models import Q
 from django.utils import timezone
 
-from router.doctor import Context, Result, ok, warn
+from node.doctor import Context, Result, ok, warn
 
 from .models import ApiKey
 

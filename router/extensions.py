@@ -14,7 +14,7 @@ which Django runs once per process after every app is loaded:
 - YAML section validators: a top-level section the router keeps raw
   (`appproxy`, `appproxy_router`) is validated by the app that owns it;
 - readiness checks (/readyz) and status sections (/status);
-- `manage.py doctor` checks (router/doctor.py): an app adds the checks of
+- `manage.py doctor` checks (node/doctor.py): an app adds the checks of
   what it owns (the coordinator, the wildcard domain) next to the core ones.
 
 Invariants: registration happens during app loading only and is idempotent
@@ -133,9 +133,9 @@ SectionValidator = Callable[[Any], None]
 ReadinessCheck = Callable[[Snapshot], Mapping[str, bool]]
 # One /status section (never a secret).
 StatusSection = Callable[[Snapshot], Any]
-# One `manage.py doctor` check: the doctor's context (router.doctor.Context:
+# One `manage.py doctor` check: the doctor's context (node.doctor.Context:
 # the validated YAML, whether the DB is ready, whether to probe) → its
-# results (router.doctor.Result). Never prints a secret's value.
+# results (node.doctor.Result). Never prints a secret's value.
 DoctorCheck = Callable[[Any], Iterable[Any]]
 
 _gate_factory: GateFactory | None = None

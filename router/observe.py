@@ -53,7 +53,7 @@ KEY_SOURCES = frozenset({"operator", "coordinator"})  # else `-` (no key)
 
 # Set (by runnode, for a web server of several workers) before this module
 # is first imported: every process then writes its values to files there and
-# /metrics sums them (router/ops.py). Gauges sum over the live processes.
+# /metrics sums them (node/ops.py). Gauges sum over the live processes.
 MULTIPROC = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 if MULTIPROC:  # a worker that exits leaves its gauges out of the sums
     atexit.register(lambda: multiprocess.mark_process_dead(os.getpid()))

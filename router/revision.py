@@ -21,7 +21,7 @@ bump; one left behind by a rolled-back transaction only makes that bump name
 a row that did not change (re-read, found equal: harmless).
 
 A YAML edit the writer refused changes no revision; the writer leaves its
-message under `config_error_key()` instead (router/config_watch.py), which
+message under `config_error_key()` instead (node/config_watch.py), which
 web processes read with their safety poll.
 """
 

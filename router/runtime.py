@@ -12,7 +12,7 @@ httpx client). Background tasks keep the snapshot current:
 
 A web process applies the YAML file once, at start (digest-checked, so N
 processes write once); after that the tasks process is the one writer
-(router/config_watch.py) and an edit reaches this process as a revision.
+(node/config_watch.py) and an edit reaches this process as a revision.
 """
 
 from __future__ import annotations

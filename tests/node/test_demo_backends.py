@@ -10,12 +10,12 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from router import demo as router_demo
+from node import demo as node_demo
+from node.demo import DEMO_BACKENDS
+from node.management.commands.runnode import demo_backends
+from node.supervisor import port_in_use
 from router.config_schema import load
-from router.demo import DEMO_BACKENDS
-from router.management.commands.runnode import demo_backends
 from router.services import DEMO_CONFIG
-from router.supervisor import port_in_use
 from tests.support.nodeproc import CONFIG, NodeProc
 from tests.support.routerproc import wait_until
 
@@ -64,7 +64,7 @@ def demo_node():
 
 
 def test_only_plain_http_on_loopback_at_a_demo_port_is_started_by_the_node(tmp_path):
-    """The rule runnode and `doctor` share (router.demo): a backend is the
+    """The rule runnode and `doctor` share (node.demo): a backend is the
     node's to start only at http://127.0.0.1 or localhost on a demo port."""
     own = tmp_path / "own.yaml"
     own.write_text(
@@ -75,7 +75,7 @@ def test_only_plain_http_on_loopback_at_a_demo_port_is_started_by_the_node(tmp_p
         "  - {name: odd, url: 'http://127.0.0.1:18003', models: [w]}\n"
     )
     cfg = load(own)[0]
-    assert [b.name for b in cfg.backends if router_demo.started_by_node(b.url)] == ["mine"]
+    assert [b.name for b in cfg.backends if node_demo.started_by_node(b.url)] == ["mine"]
     assert _names(demo_backends(cfg)) == ["demo-ollama"]
 
 

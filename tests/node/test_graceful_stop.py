@@ -21,7 +21,7 @@ import orjson
 import pytest
 from django.core.management.base import CommandError
 
-from router.management.commands.runnode import STOP_MARGIN_S, Command, stop_grace
+from node.management.commands.runnode import STOP_MARGIN_S, Command, stop_grace
 from tests.appproxy.router_support import router_yaml
 from tests.appproxy.support import API_SECRET, JWT_SECRET, coordinator, node_yaml
 from tests.support.routerproc import wait_until

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from node.supervisor import ChildSpec, StartFailure, Supervisor
 from router.services import DEMO_CONFIG
-from router.supervisor import ChildSpec, StartFailure, Supervisor
 from tests.support.nodeproc import pid_alive
 
 

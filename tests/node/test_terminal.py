@@ -12,7 +12,7 @@ import pytest
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from router.management.commands.runnode import child_log_bytes, config_moved
+from node.management.commands.runnode import child_log_bytes, config_moved
 from router.services import DEMO_CONFIG
 from tests.support.nodeproc import NodeProc
 from tests.support.routerproc import PY, ROOT, wait_until

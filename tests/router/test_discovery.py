@@ -16,7 +16,7 @@ def test_ollama_tags_and_openai_models_feed_v1_models(openai_backends, ollama_se
     )
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="x", max_retries=0)
     assert sorted(m.id for m in client.models.list()) == ["fixed"]
-    out = router.manage("shell", "-c", "from router.tasks import probe_backends; print(probe_backends())")
+    out = router.manage("shell", "-c", "from node.tasks import probe_backends; print(probe_backends())")
     assert out.returncode == 0, out.stderr
     wait_until(lambda: len(client.models.list().data) == 4, 10, what="discovered models")
     ids = sorted(m.id for m in client.models.list())

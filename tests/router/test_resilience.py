@@ -63,7 +63,7 @@ def test_active_probe_marks_unhealthy_until_recovery(openai_backends, router_fac
     no traffic until a probe sees it healthy again."""
     a, b = openai_backends("a", "b")
     router = router_factory(two_backends(a, b))
-    probe = lambda: router.manage("shell", "-c", "from router.tasks import probe_backends; print(probe_backends())")  # noqa: E731
+    probe = lambda: router.manage("shell", "-c", "from node.tasks import probe_backends; print(probe_backends())")  # noqa: E731
     a.stop()
     out = probe()
     assert "'a': False" in out.stdout, out.stderr
@@ -84,7 +84,8 @@ def test_active_probe_marks_unhealthy_until_recovery(openai_backends, router_fac
 
 PROBE_SIDE_BY_SIDE = """
 import threading
-from router import selectors, tasks
+from node import tasks
+from router import selectors
 start = threading.Barrier(4)
 out = []
 def tick():

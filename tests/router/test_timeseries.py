@@ -1,6 +1,7 @@
 """Time-bucketed aggregates: observations recorded with observe.record reach
 per-minute and 5-minute Redis hashes through the real drainer, and the
-reader turns them into the plots' series (real Redis, a prefix per test)."""
+reader (node/timeseries.py) turns them into the plots' series (real Redis,
+a prefix per test)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import pytest
 from django.conf import settings as django_settings
 
+from node import timeseries as reader
 from router import observe, timeseries
 from router.redis import sync_client
 from tests.support.redisns import isolated_prefix
@@ -144,27 +146,27 @@ def test_reader_rates_totals_breakdowns_and_filter():
         obs("code", "b", 200, usage={"output_tokens": 8}),
     )
     for window in ("15m", "1h", "24h"):
-        total = timeseries.series("requests", window)
+        total = reader.series("requests", window)
         assert [s["label"] for s in total["series"]] == ["requests"]
         assert total["series"][0]["total"] == 5 and total["unit"] == "req/s"
-        assert len(total["t"]) == len(total["series"][0]["values"]) == timeseries.WINDOWS[window][1]
-        assert total["step"] == timeseries.WINDOWS[window][0]
-    per_model = timeseries.series("requests", "15m", by="model")
+        assert len(total["t"]) == len(total["series"][0]["values"]) == reader.WINDOWS[window][1]
+        assert total["step"] == reader.WINDOWS[window][0]
+    per_model = reader.series("requests", "15m", by="model")
     assert {s["label"]: s["total"] for s in per_model["series"]} == {"chat": 3, "code": 2}
     assert per_model["series"][0]["label"] == "chat"  # ranked by volume
-    per_backend = timeseries.series("requests", "1h", by="backend")
+    per_backend = reader.series("requests", "1h", by="backend")
     assert {s["label"]: s["total"] for s in per_backend["series"]} == {"a": 2, "b": 3}
-    errors = timeseries.series("errors", "15m")
+    errors = reader.series("errors", "15m")
     assert {s["label"]: s["total"] for s in errors["series"]} == {"4xx": 1, "5xx": 1}
-    errors_by_model = timeseries.series("errors", "15m", by="model")
+    errors_by_model = reader.series("errors", "15m", by="model")
     assert {s["label"]: s["total"] for s in errors_by_model["series"]} == {"chat": 1, "code": 1}
-    tokens = timeseries.series("tokens", "24h")
+    tokens = reader.series("tokens", "24h")
     assert tokens["series"][0]["total"] == 50 and tokens["unit"] == "tokens/s"
-    only_b = timeseries.series("tokens", "15m", filter={"backend": "b"})
+    only_b = reader.series("tokens", "15m", filter={"backend": "b"})
     assert only_b["series"][0]["total"] == 8
-    assert timeseries.series("requests", "15m", by="model", filter={"model": "code"})["series"][0]["total"] == 2
+    assert reader.series("requests", "15m", by="model", filter={"model": "code"})["series"][0]["total"] == 2
     # the values are rates: a bucket's value × its width is its count
-    minute = timeseries.series("requests", "15m")["series"][0]["values"]
+    minute = reader.series("requests", "15m")["series"][0]["values"]
     assert sum(round(v * 60) for v in minute) == 5
 
 
@@ -175,11 +177,11 @@ def test_generation_speed_is_output_tokens_over_the_time_spent_on_them():
         obs("chat", "b", 200, 120.0, usage={"completion_tokens": 7}),  # 120 ms
         obs("chat", "b", 200, 50.0),  # no tokens: not part of the speed
     )
-    speed = timeseries.series("speed", "24h")
+    speed = reader.series("speed", "24h")
     points = [v for v in speed["series"][0]["values"] if v is not None]
     assert len(points) == 1  # one 5-minute bucket (drain_through records clear of a boundary)
     assert points[0] == pytest.approx(27 * 1000 / 720, abs=1e-3) and speed["unit"] == "tokens/s"
-    per_backend = timeseries.series("speed", "15m", by="backend")
+    per_backend = reader.series("speed", "15m", by="backend")
     by_label = {s["label"]: [v for v in s["values"] if v is not None] for s in per_backend["series"]}
     assert by_label == {"a": [pytest.approx(20 * 1000 / 600, abs=1e-3)], "b": [pytest.approx(7 * 1000 / 120, abs=1e-3)]}
 
@@ -191,7 +193,7 @@ def test_latency_and_ttft_percentiles_are_within_their_bin():
     ttfts = [rng.uniform(20, 900) for _ in range(400)]
     drain_through(*[obs(latency_ms=lat, ttft_ms=tt) for lat, tt in zip(latencies, ttfts, strict=True)])
     for metric, sample in (("latency", latencies), ("ttft", ttfts)):
-        result = timeseries.series(metric, "24h")  # one 5-minute bucket unless a boundary passed
+        result = reader.series(metric, "24h")  # one 5-minute bucket unless a boundary passed
         assert result["unit"] == "ms"
         labels = [s["label"] for s in result["series"]]
         assert labels == ["p50", "p95", "p99"]
@@ -204,15 +206,15 @@ def test_latency_and_ttft_percentiles_are_within_their_bin():
             lo = timeseries.EDGES_MS[i - 1] if i else 0
             assert lo <= estimate <= timeseries.EDGES_MS[i], (metric, q, estimate, exact)
     # a breakdown plots one p95 per value
-    per_backend = timeseries.series("latency", "15m", by="backend")
+    per_backend = reader.series("latency", "15m", by="backend")
     assert [s["label"] for s in per_backend["series"]] == ["a p95"]
 
 
 def test_percentile_interpolates_inside_a_bin():
     """Four samples in the 100–200 ms bin: the median is its midpoint."""
-    assert timeseries.percentile({7: 4}, 0.5) == 150.0
-    assert timeseries.percentile({}, 0.5) is None
-    assert timeseries.percentile({len(timeseries.EDGES_MS): 3}, 0.99) == timeseries.EDGES_MS[-1]
+    assert reader.percentile({7: 4}, 0.5) == 150.0
+    assert reader.percentile({}, 0.5) is None
+    assert reader.percentile({len(timeseries.EDGES_MS): 3}, 0.99) == timeseries.EDGES_MS[-1]
 
 
 def test_caps_hold_under_ten_thousand_distinct_values():
@@ -229,11 +231,11 @@ def test_caps_hold_under_ten_thousand_distinct_values():
             values = {f.decode().rpartition("|")[0] for f in client.hkeys(name)}
             assert len(values) <= timeseries.VALUE_CAP + 1, (name, len(values))
             assert "other" in values or len(values) <= timeseries.VALUE_CAP
-        result = timeseries.series("requests", "1h", by=dim)
-        assert len(result["series"]) <= timeseries.TOP
+        result = reader.series("requests", "1h", by=dim)
+        assert len(result["series"]) <= reader.TOP
         assert sum(s["total"] for s in result["series"]) == n
         assert result["series"][-1]["label"] == "other"
-    assert timeseries.series("tokens", "24h")["series"][0]["total"] == n
+    assert reader.series("tokens", "24h")["series"][0]["total"] == n
 
 
 def test_reader_rejects_unknown_arguments():
@@ -245,11 +247,11 @@ def test_reader_rejects_unknown_arguments():
         (("requests", "1h"), {"filter": {"model": "a", "backend": "b"}}),
     ):
         with pytest.raises(ValueError):
-            timeseries.series(*args, **kwargs)
+            reader.series(*args, **kwargs)
 
 
 def test_an_empty_window_has_all_buckets_and_no_points():
-    result = timeseries.series("latency", "1h")
+    result = reader.series("latency", "1h")
     assert len(result["t"]) == 60
     assert all(v is None for s in result["series"] for v in s["values"])
     assert [b - a for a, b in zip(result["t"], result["t"][1:], strict=False)] == [60] * 59

@@ -40,10 +40,10 @@ from django.conf import settings
 from django.db import close_old_connections
 from redis.exceptions import RedisError
 
-from .config_schema import ConfigError
-from .redis import sync_client
-from .revision import NOTHING, bump_revision, config_error_key, touch
-from .services import config_sync, resolve_config_path
+from router.config_schema import ConfigError
+from router.redis import sync_client
+from router.revision import NOTHING, bump_revision, config_error_key, touch
+from router.services import config_sync, resolve_config_path
 
 log = logging.getLogger(__name__)
 

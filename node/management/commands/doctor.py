@@ -1,4 +1,4 @@
-"""`manage.py doctor [--json] [--no-probe]`: check this node's set-up (router/doctor.py).
+"""`manage.py doctor [--json] [--no-probe]`: check this node's set-up (node/doctor.py).
 
 Exit code 0 when no check failed, 1 otherwise. Django's own system checks are
 not run first (`requires_system_checks = []`): an invalid YAML is one of the
@@ -12,7 +12,7 @@ import sys
 import orjson
 from django.core.management.base import BaseCommand
 
-from router.doctor import Context, exit_code, run
+from node.doctor import Context, exit_code, run
 
 
 class Command(BaseCommand):

@@ -1,10 +1,10 @@
 """`manage.py runnode`: the whole node in the foreground (what `make run` runs).
 
-Starts, as supervised child processes (router/supervisor.py): the demo
+Starts, as supervised child processes (node/supervisor.py): the demo
 backends (each one a backend of the config points at: the bundled demo
 config, or a copy of it), the web server (uvicorn by
 default, or daphne), the tasks process (Celery worker), beat (its scheduler,
-one per node: router/beat.py) and the events process (`runworker
+one per node: node/beat.py) and the events process (`runworker
 appproxy`, only when the `appproxy` section is enabled).
 
 What the terminal shows: one block once every child has started (the
@@ -13,7 +13,7 @@ address, the admin login, the config file and where the logs are; a line
 when the config file in use changes (./router.yaml created or removed); and
 the supervisor's own lines. The children's output (Celery's banners,
 uvicorn's, warnings of the runtime) goes to one file each in <var>/log/
-(router/childlog.py); each warning or error they log is also said on the
+(node/childlog.py); each warning or error they log is also said on the
 terminal, and a child that cannot start is reported with the end of its log.
 
 A port already in use, or a child that exits during its start window, is a
@@ -47,13 +47,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
+from node.demo import demo_backends as started_demo_backends
+from node.nodebanner import ready_block, started_names
+from node.nodestate import keyspace_heartbeat, write_state
+from node.supervisor import LOG_LIMIT_BYTES, ChildSpec, StartFailure, Supervisor, port_in_use
 from router.config_schema import ConfigError, load
-from router.demo import demo_backends as started_demo_backends
-from router.nodebanner import ready_block, started_names
-from router.nodestate import keyspace_heartbeat, write_state
 from router.redis import sync_client
 from router.services import resolve_config_path
-from router.supervisor import LOG_LIMIT_BYTES, ChildSpec, StartFailure, Supervisor, port_in_use
 
 log = logging.getLogger("router.node")
 
@@ -88,7 +88,7 @@ def stop_grace(env) -> int:
 
 def child_log_bytes(env) -> int:
     """ROUTER_CHILD_LOG_BYTES: the size past which a child's log file moves to
-    `<file>.1` (router/childlog.py); a bad value fails the start, naming it."""
+    `<file>.1` (node/childlog.py); a bad value fails the start, naming it."""
     raw = (env.get("ROUTER_CHILD_LOG_BYTES") or "").strip()
     if not raw:
         return LOG_LIMIT_BYTES
@@ -102,7 +102,7 @@ def child_log_bytes(env) -> int:
 
 
 def logs_dir() -> Path:
-    """Where the children's output goes: one file each (router/childlog.py)."""
+    """Where the children's output goes: one file each (node/childlog.py)."""
     return settings.VAR_DIR / "log"
 
 
@@ -115,7 +115,7 @@ def config_moved(previous: Path) -> Path | None:
 
 
 def demo_backends(cfg) -> list[list[str]]:
-    """The demo backends the config points at (router/demo.py). Copying the
+    """The demo backends the config points at (node/demo.py). Copying the
     demo config to router.yaml, to try blocking keys say, keeps its backends
     running; a config of one's own that names none starts none."""
     return started_demo_backends(cfg.backends)

@@ -1,4 +1,4 @@
-"""A supervised child's log file (router/childlog.py, router/supervisor.py) on
+"""A supervised child's log file (node/childlog.py, node/supervisor.py) on
 real child processes: its output goes to the file, not the terminal; the
 warnings and errors it logs are said once; the file stays bounded."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from router import supervisor
-from router.childlog import ChildLog
-from router.supervisor import ChildSpec, StartFailure, Supervisor
+from node import supervisor
+from node.childlog import ChildLog
+from node.supervisor import ChildSpec, StartFailure, Supervisor
 from tests.support.routerproc import wait_until
 
 SAYS = r"""
@@ -22,7 +22,7 @@ print('{"ts":"t","level":"info","logger":"router.observe","msg":"request","obs":
 print('{"ts":"t","level":"warning","logger":"router.runtime","msg":"Redis unavailable"}')
 print("ERROR:    Exception in ASGI application")
 print("Traceback (most recent call last):")
-print('{"ts":"t","level":"error","logger":"router.config_watch","msg":"config file not applied: bad"}')
+print('{"ts":"t","level":"error","logger":"node.config_watch","msg":"config file not applied: bad"}')
 time.sleep(60)
 """
 
@@ -113,7 +113,7 @@ def test_a_log_past_its_limit_moves_to_dot_1_and_starts_again(tmp_path, monkeypa
 def test_notable_skips_a_burst_past_its_read_bound(tmp_path, monkeypatch):
     """A child that floods its log: one read takes at most READ_MAX bytes,
     the newest; what came before is skipped, never read."""
-    monkeypatch.setattr("router.childlog.READ_MAX", 4096)
+    monkeypatch.setattr("node.childlog.READ_MAX", 4096)
     path = tmp_path / "web.log"
     log = ChildLog(path)
     log.start()

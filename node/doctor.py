@@ -15,7 +15,7 @@ Invariants:
   a URL is shown with its userinfo masked; an exception is shown by its type.
 - A check that raises is one FAIL naming the check, never a traceback, so one
   broken check does not hide the others.
-- A backend the node starts itself (a demo backend, router.demo) that does
+- A backend the node starts itself (a demo backend, node.demo) that does
   not answer is blamed on the node, never on its URL; any other backend is
   probed from here, whether or not the node runs, and named by its URL.
 """
@@ -39,14 +39,15 @@ from django.conf import settings
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from . import extensions
-from .config_schema import ConfigError, RouterFile, parse
-from .core.backend import BackendSpec, masked_url
-from .core.secret import Secret
+from router import extensions
+from router.config_schema import ConfigError, RouterFile, parse
+from router.core.backend import BackendSpec, masked_url
+from router.core.secret import Secret
+from router.providers import probe_headers, probe_url
+from router.services import resolve_config_path
+
 from .demo import started_by_node
 from .nodestate import KEYSPACE_TTL_S
-from .providers import probe_headers, probe_url
-from .services import resolve_config_path
 
 __all__ = ["Context", "Result", "exit_code", "run"]
 

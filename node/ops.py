@@ -23,12 +23,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from . import extensions
-from .core.health import IDLE
+from router import extensions
+from router.core.health import IDLE
+from router.observe import MULTIPROC, refresh_in_flight
+from router.runtime import get_runtime
+from router.selectors import REFRESHES
+
 from .nodestate import node_health
-from .observe import MULTIPROC, refresh_in_flight
-from .runtime import get_runtime
-from .selectors import REFRESHES
 
 
 def _json(obj: dict, status: int = 200) -> HttpResponse:

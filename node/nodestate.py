@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
-from .runtime import get_runtime
+from router.runtime import get_runtime
 
 STATE_STALE_S = 10.0  # runnode rewrites the file every ~2 s
 KEYSPACE_TTL_S = 30

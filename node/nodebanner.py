@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from router.supervisor import ChildSpec
+from node.supervisor import ChildSpec
 
 
 def started_names(specs: list[ChildSpec], workers: int) -> str:

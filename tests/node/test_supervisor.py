@@ -1,4 +1,4 @@
-"""router.supervisor's stop, on plain child processes: the `stop_first`
+"""node.supervisor's stop, on plain child processes: the `stop_first`
 children go (and are waited for) before the others get SIGTERM, and a child
 that ignores SIGTERM holds the stop no longer than its bounds."""
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from router.supervisor import ChildSpec, Supervisor
+from node.supervisor import ChildSpec, Supervisor
 from tests.support.routerproc import wait_until
 
 CHILD = """

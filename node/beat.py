@@ -33,7 +33,7 @@ from django.conf import settings
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from .redis import sync_client
+from router.redis import sync_client
 
 log = logging.getLogger(__name__)
 

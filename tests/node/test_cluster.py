@@ -1,4 +1,4 @@
-"""The cluster view (router/cluster.py) against real Redis: records built from
+"""The cluster view (router/cluster.py writes, node/cluster.py reads) against real Redis: records built from
 real Runtime / BackendState objects, published, and read back as processes, a
 backend × process matrix and disagreement flags."""
 
@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as settings_h
 from hypothesis import strategies as st
 
+from node import cluster as view
 from router import cluster
 from router.core.backend import BackendSpec
 from router.core.health import HealthPolicy
@@ -81,7 +82,7 @@ def test_matrix_lists_every_process_and_flags_a_backend_healthy_here_and_open_th
     pa = publish_as(settings, "node-a", a)
     pb = publish_as(settings, "node-b", b)
 
-    state = cluster.cluster_state()
+    state = view.cluster_state()
     assert [p["id"] for p in state["processes"]] == [pa, pb]
     assert all(p["role"] == "web" and p["ready"] and p["redis_ok"] for p in state["processes"])
     assert {p["id"]: p["in_flight"] for p in state["processes"]} == {pa: 0, pb: 1}
@@ -109,7 +110,7 @@ def test_a_failing_probe_on_one_process_is_a_split_but_a_recovering_breaker_is_n
     publish_as(settings, "node-a", a)
     publish_as(settings, "node-b", b)
     publish_as(settings, "node-c", c)
-    got = cluster.cluster_state()
+    got = view.cluster_state()
     assert [(f["kind"], f["backend"]) for f in got["flags"]] == [("backend_split", "y")]
     cells = {row["name"]: row["cells"] for row in got["backends"]}
     assert cells["y"][f"node-a/{os.getpid()}"]["verdict"] == "probe_failing"
@@ -121,12 +122,12 @@ def test_an_older_revision_is_catching_up_at_first_then_a_disagreement(settings)
     old, new = runtime(4, "x"), runtime(5, "x")
     pa = publish_as(settings, "node-a", old, revision_at=now - 100)
     publish_as(settings, "node-b", new, revision_at=now - 3)
-    got = cluster.cluster_state(now=now)
+    got = view.cluster_state(now=now)
     assert got["flags"] == []
     assert got["catching_up"] == [{"process": pa, "revision": 4, "newest": 5}]
 
     publish_as(settings, "node-b", new, revision_at=now - 30)
-    got = cluster.cluster_state(now=now)
+    got = view.cluster_state(now=now)
     assert got["catching_up"] == []
     assert kinds(got) == ["revision_behind"]
     assert got["flags"][0]["process"] == pa and got["flags"][0]["newest"] == 5
@@ -139,7 +140,7 @@ def test_the_tasks_process_record_counts_for_the_revision(settings):
     publish_as(settings, "node-a", runtime(7, "x"), revision_at=now - 60)
     settings.ROUTER_NODE_ID = "node-t"  # (a real tasks process differs by pid; here by node)
     cluster.publish_sync(cluster.tasks_record(6, now - 120, now))
-    got = cluster.cluster_state(now=now)
+    got = view.cluster_state(now=now)
     assert [p["role"] for p in got["processes"]] == ["web", "tasks"]  # web processes first
     tasks = next(p for p in got["processes"] if p["role"] == "tasks")
     assert tasks["server"] == "celery" and tasks["backends_listed"] == 0
@@ -150,14 +151,14 @@ def test_a_late_heartbeat_is_flagged_and_a_lapsed_ttl_removes_the_process(settin
     now = time.time()
     live = publish_as(settings, "node-a", runtime(1, "x"))
     late = publish_as(settings, "node-b", runtime(1, "x"), now=now - 9)  # within the TTL, past LATE_S
-    got = cluster.cluster_state()
+    got = view.cluster_state()
     assert {p["id"] for p in got["processes"]} == {live, late}
     assert [(f["kind"], f["process"]) for f in got["flags"]] == [("heartbeat_late", late)]
 
     short = publish_as(settings, "node-c", runtime(1, "x"), ttl=1.0)
-    assert short in {p["id"] for p in cluster.cluster_state()["processes"]}
+    assert short in {p["id"] for p in view.cluster_state()["processes"]}
     wait_until(
-        lambda: short not in {p["id"] for p in cluster.cluster_state()["processes"]},
+        lambda: short not in {p["id"] for p in view.cluster_state()["processes"]},
         15,
         interval=0.2,
         what="the lapsed record to drop out",
@@ -171,7 +172,7 @@ def test_not_ready_and_redis_down_are_reported(settings):
     rt = runtime(1, "x", ready=False)
     rt.redis_error = "ConnectionError: refused"
     pid = publish_as(settings, "node-a", rt)
-    got = cluster.cluster_state()
+    got = view.cluster_state()
     assert [(f["kind"], f["process"]) for f in got["flags"]] == [("not_ready", pid), ("redis_down", pid)]
 
 
@@ -186,7 +187,7 @@ def test_the_payload_is_capped_and_keeps_the_unhealthy_backends(settings):
     assert len(orjson.dumps(record)) < 64 * 1024
     settings.ROUTER_NODE_ID = "node-a"
     cluster.publish_sync(record)
-    (process,) = cluster.cluster_state()["processes"]
+    (process,) = view.cluster_state()["processes"]
     assert process["backends_listed"] == cluster.MAX_BACKENDS and process["backends_total"] == len(names)
 
 
@@ -212,7 +213,7 @@ async def test_the_publisher_task_reports_the_live_runtime_and_withdraws_on_stop
     async def seen(pred):
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            got = await asyncio.to_thread(cluster.cluster_state)
+            got = await asyncio.to_thread(view.cluster_state)
             if pred(got):
                 return got
             await asyncio.sleep(0.05)
@@ -225,7 +226,7 @@ async def test_the_publisher_task_reports_the_live_runtime_and_withdraws_on_stop
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert (await asyncio.to_thread(cluster.cluster_state))["processes"] == []
+    assert (await asyncio.to_thread(view.cluster_state))["processes"] == []
 
 
 def _full_pass(rt: Runtime, mono: float, max_backends: int) -> tuple[list[dict], int, int]:

@@ -1,5 +1,5 @@
 """A supervised child's log file: where `runnode` sends a child's output
-instead of the terminal (router/supervisor.py).
+instead of the terminal (node/supervisor.py).
 
 Invariants:
 - A child's stdout and stderr go to one file opened for appending

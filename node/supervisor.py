@@ -17,9 +17,9 @@ Invariants:
   backoff (BACKOFF_MIN_S doubling to BACKOFF_MAX_S; reset once it stayed up
   STABLE_S); the others keep running (the web keeps serving /v1).
 - The state of every child is written to a small JSON file that the web
-  processes read for /readyz, /status and the dashboard (router.nodestate).
+  processes read for /readyz, /status and the dashboard (node.nodestate).
 - A child with a log file (`ChildSpec.log`) writes its output there, not to
-  the terminal (router/childlog.py): what reaches the terminal is the
+  the terminal (node/childlog.py): what reaches the terminal is the
   supervisor's own lines — a start failure with the end of that child's log,
   a restart naming its log, and each warning or error a child logs.
 """

@@ -1,4 +1,4 @@
-"""The block `runnode` prints once its node has started (router/nodebanner.py)."""
+"""The block `runnode` prints once its node has started (node/nodebanner.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from router.nodebanner import ready_block, started_names
-from router.supervisor import ChildSpec
+from node.nodebanner import ready_block, started_names
+from node.supervisor import ChildSpec
 
 
 def _block(host: str) -> str:

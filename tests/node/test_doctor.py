@@ -25,9 +25,9 @@ import orjson
 import pytest
 from django.core.management import call_command
 
+from node.supervisor import port_in_use
 from router.redis import sync_client
 from router.services import DEMO_CONFIG
-from router.supervisor import port_in_use
 from tests.support.redisns import isolated_prefix
 from tests.support.routerproc import PY, ROOT, free_port, migrated_template, wait_until
 

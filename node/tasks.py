@@ -21,14 +21,14 @@ import httpx
 import orjson
 from celery import shared_task
 
-from . import cluster
-from .core.health import StateTable
-from .core.snapshot import EMPTY
-from .providers import listed_models, probe_headers, probe_url
-from .redis import sync_client
-from .runtime import health_key
-from .selectors import refresh_snapshot
-from .services import discovered_models_apply
+from router import cluster
+from router.core.health import StateTable
+from router.core.snapshot import EMPTY
+from router.providers import listed_models, probe_headers, probe_url
+from router.redis import sync_client
+from router.runtime import health_key
+from router.selectors import refresh_snapshot
+from router.services import discovered_models_apply
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The one YAML writer (router/config_watch.py, run by the tasks process):
+"""The one YAML writer (node/config_watch.py, run by the tasks process):
 applies an edited file once, keeps the old state on a refused edit and
 leaves the refusal where every web process can report it."""
 
@@ -11,7 +11,7 @@ import uuid
 import pytest
 from django.db import OperationalError
 
-from router import config_watch
+from node import config_watch
 from router.models import Backend, ConfigDocument
 from router.redis import sync_client
 from router.revision import config_error_key, current_revision
