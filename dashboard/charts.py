@@ -2,9 +2,10 @@
 
 The page is static HTML with one `<div class="chart" data-chart-src=…>` per
 metric; charts.js fetches `/dashboard/charts/<metric>.json?window=&by=` and
-refreshes it every 10 s. The numbers come from router.timeseries (Redis
-hashes the observation drainers of every web process write), so the page
-covers every process and node sharing this Redis prefix.
+refreshes it every 10 s. The numbers come from node.timeseries, which reads
+the Redis hashes (laid out by router.timeseries) that the observation drainers
+of every web process write, so the page covers every process and node
+sharing this Redis prefix.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ its own var/ dir and its own Redis key prefix, so tests never see each
 other's state. It waits on /readyz (never a fixed sleep).
 
 A web process applies the YAML only once, at start; the tasks process is the
-one writer after that (router/config_watch.py). A test that edits the YAML
+one writer after that (node/config_watch.py). A test that edits the YAML
 of a running router asks for `tasks=True`, which runs the node's tasks
 process (Celery worker + beat, as `runnode` does) next to the web process.
 """
