@@ -13,12 +13,14 @@ class AppproxyConfig(AppConfig):
         (router.extensions)."""
         # Imported here, not at the top: these import appproxy.models, which
         # Django only allows once every app is loaded, i.e. in ready().
-        from . import doctor, router_metrics, router_status
+        from . import doctor
         from .config import validate_section
+        from .legacy.selectors import compile_ingress
+        from .legacy.status import readiness, worker_status
         from .models import CIRCUIT, PUBLICATION, WORKER
-        from .router_config import validate_router_section
-        from .selectors import compile_ingress
-        from .status import readiness, worker_status
+        from .router_mode import metrics as router_metrics
+        from .router_mode import status as router_status
+        from .router_mode.config import validate_router_section
 
         extensions.register_section_validator("appproxy", validate_section)
         extensions.register_snapshot_part("ingress", compile_ingress, topics=("document", CIRCUIT, WORKER))

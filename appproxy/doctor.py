@@ -33,7 +33,7 @@ from . import node
 from .client import CoordinatorError, CoordinatorUnavailable, WorkerNotFound
 from .config import AppProxySettings, parse_section
 from .models import WorkerState
-from .router_config import parse_router_section
+from .router_mode.config import parse_router_section
 from .worker import client_for
 
 __all__ = ["check"]

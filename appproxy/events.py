@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from .envelope import CREATED, REMOVED, ROUTE_UPDATED, Event
 from .models import EventRecord
-from .router_services import router_circuit_desire
+from .router_mode.services import router_circuit_desire
 from .services import ApplyResult, reconcile_apply
 from .wire import Circuit, RouteInfo, parse_circuits
 

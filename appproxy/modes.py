@@ -12,7 +12,7 @@ Both settings classes expose the attributes the shared worker code reads
 from __future__ import annotations
 
 from .config import AppProxySettings, load_settings
-from .router_config import RouterSettings, load_router_settings
+from .router_mode.config import RouterSettings, load_router_settings
 
 __all__ = ["Settings", "active_settings"]
 

@@ -37,7 +37,7 @@ from router.models import Backend, Source
 from router.redis import sync_client
 from router.revision import BACKEND, bump_revision, lock_revision, touch
 
-from . import discovery
+from .legacy import discovery
 from .models import CIRCUIT, WORKER, Circuit, Route, WorkerState
 from .plan import NAME_PREFIX, SOURCE, Plan, backend_name, desired_backends, plan
 from .wire import Circuit as WireCircuit

@@ -40,7 +40,7 @@ from router.config_schema import ConfigError
 from router.dbthread import DbThread
 from router.redis import async_client, sync_client
 
-from . import envelope, node, router_metrics
+from . import envelope, node
 from .envelope import CREATED, ROUTE_UPDATED, EnvelopeError
 from .events import (
     APPLIED_EVENTS,
@@ -52,8 +52,9 @@ from .events import (
     routed_circuit,
 )
 from .modes import Settings, active_settings
-from .router_events import ROUTER_EVENTS, decode_router, encode_router_ack
-from .router_services import apply_publication, refresh_keys, remove_key, remove_publication, warm_publications
+from .router_mode import metrics as router_metrics
+from .router_mode.events import ROUTER_EVENTS, decode_router, encode_router_ack
+from .router_mode.services import apply_publication, refresh_keys, remove_key, remove_publication, warm_publications
 from .worker import client_for, request_pull, state_of
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from router.redis import sync_client
 
 from . import lifecycle, node, worker
 from .modes import Settings, active_settings
-from .router_services import clear_router_mirror
+from .router_mode.services import clear_router_mirror
 from .services import clear_mirror
 from .subscriber import subscriber_alive
 

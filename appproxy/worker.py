@@ -29,12 +29,13 @@ from redis.exceptions import LockError
 from router import gcwork
 from router.revision import bump_revision, touch
 
-from . import lifecycle, router_metrics
+from . import lifecycle
 from .client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound
 from .config import AppProxySettings
 from .models import WORKER, WorkerState
-from .router_services import router_pull_and_apply
-from .router_wire import router_registration
+from .router_mode import metrics as router_metrics
+from .router_mode.services import router_pull_and_apply
+from .router_mode.wire import router_registration
 from .services import pull_and_apply
 from .wire import WorkerRegistration
 

@@ -215,7 +215,7 @@ def appproxy_off() -> dict[str, str] | None:
         return None
     try:
         from appproxy.config import load_settings
-        from appproxy.router_config import load_router_settings
+        from appproxy.router_mode.config import load_router_settings
     except ImportError:
         return None
     try:
@@ -262,8 +262,8 @@ def router_reading(snapshot: Any) -> dict[str, Any] | None:
     # Imported when asked (appproxy is optional for the dashboard).
     try:
         from appproxy import node
-        from appproxy.router_config import load_router_settings
-        from appproxy.router_status import mirror_summary, routed
+        from appproxy.router_mode.config import load_router_settings
+        from appproxy.router_mode.status import mirror_summary, routed
     except ImportError:
         return None
     try:

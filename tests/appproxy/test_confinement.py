@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from appproxy.ingress import Ingress
+from appproxy.legacy.ingress import Ingress
 from appproxy.plan import circuit_scope, confinement, desired_backends
 from appproxy.services import reconcile_apply
 from appproxy.wire import Circuit as WireCircuit

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import jwt
 import pytest
 
-from appproxy.ingress import Ingress, normalize_host
+from appproxy.legacy.ingress import Ingress, normalize_host
 from appproxy.plan import ingress_table
 from appproxy.wire import Circuit
 from router.core.errors import ClientIpNotAllowed, EndpointNotFound, InvalidToken, NoBackendAvailable

@@ -18,11 +18,12 @@ import uuid
 import pytest
 from django.db import connection
 
-from appproxy import router_services, services
+from appproxy import services
 from appproxy.models import Circuit
 from appproxy.plan import plan
-from appproxy.pulled import circuit_of
-from appproxy.router_plan import desired
+from appproxy.router_mode import services as router_services
+from appproxy.router_mode.plan import desired
+from appproxy.router_mode.pulled import circuit_of
 
 from .router_support import RouterManager, registered_router
 
@@ -188,7 +189,7 @@ def publication_sql(fn) -> tuple[object, list[str]]:
 
 
 def test_publications_are_read_again_only_after_one_changed(setup):
-    from appproxy.router_wire import Publication as WirePublication
+    from appproxy.router_mode.wire import Publication as WirePublication
 
     m = setup.manager
     ep = endpoint(m, "svc", setup.replicas[0])

@@ -8,11 +8,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from appproxy import discovery, events
+from appproxy import events
 from appproxy.config import parse_section
 from appproxy.envelope import CREATED, REMOVED, ROUTE_UPDATED, decode, encode_event
+from appproxy.legacy import discovery
+from appproxy.legacy.selectors import compile_ingress
 from appproxy.models import Circuit, EventRecord, Route, WorkerState
-from appproxy.selectors import compile_ingress
 from appproxy.services import reconcile_apply
 from appproxy.wire import Circuit as WireCircuit
 from router.models import Backend, Source

@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from .envelope import WORKER_SOURCE, EnvelopeError, Event, Format, metadata_json, pack_args
-from .router_wire import Publication, parse_publication
+from ..envelope import WORKER_SOURCE, EnvelopeError, Event, Format, metadata_json, pack_args
+from .wire import Publication, parse_publication
 
 __all__ = [
     "ROUTER_ACK",

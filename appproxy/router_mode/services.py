@@ -51,18 +51,19 @@ from router.revision import (
     touch,
 )
 
-from . import pulled, pulls, router_metrics
-from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
-from .models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
-from .plan import Plan
-from .plan import plan as plan_backends
-from .router_plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
-from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
-from .router_wire import Publication as WirePublication
-from .services import ApplyResult, apply_locked, reconcile_lock, stored_circuit
-from .services import _actual as _actual_backends
-from .services import _mirrored as _mirrored_circuits
-from .wire import Circuit as WireCircuit
+from .. import pulls
+from ..client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
+from ..models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
+from ..plan import Plan
+from ..plan import plan as plan_backends
+from ..services import ApplyResult, apply_locked, reconcile_lock, stored_circuit
+from ..services import _actual as _actual_backends
+from ..services import _mirrored as _mirrored_circuits
+from ..wire import Circuit as WireCircuit
+from . import metrics, pulled
+from .plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
+from .wire import KeyRecordWire, RouterSnapshot, parse_snapshot
+from .wire import Publication as WirePublication
 
 log = logging.getLogger(__name__)
 
@@ -353,14 +354,14 @@ def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> N
     rows = WorkerState.objects.filter(authority=authority, node_id=node_id)
     if snap is None:
         rows.update(last_pull_result="304", pulls_unchanged=F("pulls_unchanged") + 1)
-        transaction.on_commit(lambda: router_metrics.record_pull("304"))
+        transaction.on_commit(lambda: metrics.record_pull("304"))
     else:
         revision = snap.revision or ""
         rows.update(revision=revision, last_pull_result="200", pulls_full=F("pulls_full") + 1)
         touch(WORKER, node_id)
         def after_commit() -> None:
-            router_metrics.record_pull("200")
-            router_metrics.record_revision(revision)
+            metrics.record_pull("200")
+            metrics.record_revision(revision)
 
         transaction.on_commit(after_commit)
 
@@ -368,8 +369,8 @@ def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> N
 def _forget_revision(authority: str, node_id: str) -> None:
     """Omit known_revision next time: the state may not match it."""
     WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="", last_pull_result="error")
-    router_metrics.record_pull("error")
-    router_metrics.record_revision("")
+    metrics.record_pull("error")
+    metrics.record_revision("")
 
 
 # (authority, node_id) → (digest of the circuits, routing revision) of the
@@ -470,7 +471,7 @@ def router_pull_and_apply(
             # schedules the next pull goes to Redis (appproxy.pulls), or to the
             # row when Redis is down. A requested pull clears its request.
             if pulls.note_unchanged(authority, node_id, (time.thread_time() - cpu0) * 1000):
-                router_metrics.record_pull("304")
+                metrics.record_pull("304")
             else:
                 with transaction.atomic():
                     _record_pull(authority, node_id, None)

@@ -33,8 +33,8 @@ import orjson
 
 from router.revision import BACKEND, changes_since
 
-from .models import CIRCUIT, PUBLICATION
-from .plan import NAME_PREFIX
+from ..models import CIRCUIT, PUBLICATION
+from ..plan import NAME_PREFIX
 
 
 def item_id(item: Any) -> str | None:

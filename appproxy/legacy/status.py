@@ -21,11 +21,11 @@ from django.db import close_old_connections
 
 from router.core.snapshot import Snapshot
 
-from . import node
-from .config import load_settings
+from .. import node
+from ..config import load_settings
+from ..models import EventRecord, WorkerState
+from ..subscriber import subscriber_alive
 from .ingress import Ingress
-from .models import EventRecord, WorkerState
-from .subscriber import subscriber_alive
 
 __all__ = ["readiness", "worker_status"]
 

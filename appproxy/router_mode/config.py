@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .config import WorkerSettings, _strip_userinfo, as_section_validator, load_cached, parse_model
+from ..config import WorkerSettings, _strip_userinfo, as_section_validator, load_cached, parse_model
 
 __all__ = [
     "RouterSettings",

@@ -25,13 +25,13 @@ from django.db import close_old_connections
 from keys.coordinator import coordinator_key_count
 from router.core.snapshot import Snapshot
 
-from . import node
-from .models import Circuit, EventRecord, Publication, Route, WorkerState
-from .plan import SOURCE
-from .router_config import RouterSettings, parse_router_section
-from .router_plan import MirrorSummary, summarize
-from .status import LiveFacts
-from .subscriber import subscriber_alive
+from .. import node
+from ..legacy.status import LiveFacts
+from ..models import Circuit, EventRecord, Publication, Route, WorkerState
+from ..plan import SOURCE
+from ..subscriber import subscriber_alive
+from .config import RouterSettings, parse_router_section
+from .plan import MirrorSummary, summarize
 
 __all__ = [
     "compile_listed",

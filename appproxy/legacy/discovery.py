@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import orjson
 
-from .plan import route_url, weight_from_ratio
-from .wire import Circuit
+from ..plan import route_url, weight_from_ratio
+from ..wire import Circuit
 
 __all__ = ["discover_models", "forget", "remember"]
 

@@ -34,8 +34,8 @@ from router.core.errors import ClientIpNotAllowed, EndpointNotFound, NoBackendAv
 from router.core.ipnets import ip_allowed
 from router.core.secret import Secret
 
+from ..plan import NAME_PREFIX, IngressEntry, circuit_scope
 from .jwtauth import verify_circuit_token
-from .plan import NAME_PREFIX, IngressEntry, circuit_scope
 
 __all__ = ["Ingress", "normalize_host"]
 
