@@ -74,7 +74,7 @@ def subscriber_alive(authority: str) -> bool | None:
     # dashboard (see the module docstring), and its subscriber module needs
     # the appproxy models loaded.
     try:
-        from appproxy.subscriber import subscriber_alive as alive
+        from appproxy.subscribed import subscriber_alive as alive
     except ImportError:
         return None
     try:
@@ -214,7 +214,7 @@ def appproxy_off() -> dict[str, str] | None:
     if model("Circuit") is None:
         return None
     try:
-        from appproxy.config import load_settings
+        from appproxy.legacy.config import load_settings
         from appproxy.router_mode.config import load_router_settings
     except ImportError:
         return None

@@ -17,7 +17,7 @@ with kind ``model`` (id = primary name) or ``key`` (id = key_id).
 Invariants:
 - ``decode_router`` never half-parses: a body of the wrong shape raises
   ``EnvelopeError``; a key event never carries (and we never read) a secret.
-- Applying goes through router_services under the reconcile lock; a
+- Applying goes through services.apply_event under the reconcile lock; a
   ``key_updated`` whose re-pull fails is not acked (the coordinator reports
   "deferred" and the periodic pull heals it).
 """

@@ -35,7 +35,7 @@ from typing import Any
 
 from router.core.backend import BackendSpec
 
-from ..plan import MAX_WEIGHT, MIN_WEIGHT, NAME_PREFIX, SOURCE, route_url
+from ..backends import MAX_WEIGHT, MIN_WEIGHT, NAME_PREFIX, SOURCE, route_url
 from ..wire import Circuit
 from .wire import Publication
 

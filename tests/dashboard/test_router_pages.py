@@ -17,9 +17,9 @@ import pytest
 from django.utils import timezone
 
 from appproxy.models import Circuit, EventRecord, Publication, WorkerState
+from appproxy.reconcile import apply_locked, reconcile_lock
 from appproxy.router_mode import services as router_services
 from appproxy.router_mode.wire import Publication as WirePublication
-from appproxy.services import apply_locked, reconcile_lock
 from appproxy.wire import Circuit as WireCircuit
 from keys.coordinator import CoordinatorKey, sync_coordinator_keys
 from keys.models import ApiKey

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from appproxy.config import validate_section
+from appproxy.legacy.config import validate_section
 from appproxy.legacy.selectors import compile_ingress
 from appproxy.legacy.status import readiness, worker_status
 from appproxy.router_mode import status as router_status
