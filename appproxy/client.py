@@ -28,6 +28,7 @@ __all__ = [
     "CoordinatorError",
     "CoordinatorUnavailable",
     "WorkerNotFound",
+    "client_for",
 ]
 
 
@@ -147,7 +148,7 @@ class CoordinatorClient:
             raise CoordinatorError("PUT /api/worker: the answer has no worker id") from exc
 
     def register_router(self, body: dict[str, Any]) -> WorkerInfo:
-        """``PUT /api/worker`` with the ROUTER body (router_wire.router_registration)."""
+        """``PUT /api/worker`` with the ROUTER body (router_mode/wire.py: router_registration)."""
         data = self._call("PUT", "/api/worker", body)
         try:
             return WorkerInfo.model_validate(data)
@@ -209,6 +210,11 @@ class CoordinatorClient:
         """The circuits as received, unparsed, and a digest of the answer."""
         body = self.circuit_body(worker_id)
         return body.items(), body.digest
+
+
+def client_for(settings: Any) -> CoordinatorClient:
+    """A client for the coordinator a section names (either mode's)."""
+    return CoordinatorClient(settings.coordinator_url, settings.api_secret, timeout=settings.request_timeout)
 
 
 class CircuitBody:

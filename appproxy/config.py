@@ -1,4 +1,6 @@
-"""The ``appproxy`` section of the router YAML (seed §7), validated here.
+"""What every AppProxy section of the router YAML shares (seed §7), validated
+here; each mode's own section is its package's ``config`` (legacy/config.py:
+``appproxy``, router_mode/config.py: ``appproxy_router``).
 
 Invariants:
 - Unknown keys are rejected with their path (``appproxy.heartbeat_perid``);
@@ -8,19 +10,16 @@ Invariants:
   their repr/str is ``***``; ``${ENV}`` was interpolated by the router loader.
 - Durations accept ``"10s"``, ``"500ms"``, ``"1m"``, ``"1h"`` or a number of
   seconds; they must be positive.
-- Only the wildcard frontend mode exists (seed §11: PORT mode needs dynamic
-  listeners); ``wildcard_domain`` is normalised to a lower-case name with one
-  leading dot (``*.x`` and ``x`` are accepted).
-- ``load_settings()`` reads the section from the compiled document in the DB
+- A section is read from the compiled document in the DB
   (``router.ConfigDocument``, written from the YAML by the tasks process),
-  never the file; it re-parses only when the document's digest changes.
+  never the file; ``load_cached`` re-parses it only when the document's
+  digest changes.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -46,12 +45,14 @@ from router.selectors import document_digest, routing_document
 from .envelope import CHANNEL, Format
 
 __all__ = [
-    "AppProxySettings",
+    "Duration",
+    "SecretValue",
     "WorkerSettings",
-    "load_settings",
+    "as_section_validator",
+    "load_cached",
     "parse_duration",
-    "parse_section",
-    "validate_section",
+    "parse_model",
+    "strip_userinfo",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ M = TypeVar("M", bound=BaseModel)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-_HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 
 
 def parse_duration(value: Any) -> float:
@@ -93,17 +93,6 @@ def _secret(value: Any) -> Any:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 SecretValue = Annotated[Secret, BeforeValidator(_secret), PlainSerializer(lambda _: "***", return_type=str)]
-
-
-def _host(value: str) -> str:
-    """Lower-case, without a port or a trailing dot."""
-    host = value.strip().lower().rstrip(".")
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    name, sep, port = host.rpartition(":")
-    if sep and port.isdigit() and ":" not in name:
-        host = name
-    return host
 
 
 class WorkerSettings(BaseModel):
@@ -169,96 +158,8 @@ class WorkerSettings(BaseModel):
         return received if self.event_format == "auto" else self.event_format
 
 
-class AppProxySettings(WorkerSettings):
-    """One validated ``appproxy`` section (the legacy wildcard worker)."""
-
-    REQUIRED: ClassVar[tuple[str, ...]] = (
-        "coordinator_url", "api_secret", "jwt_secret", "authority", "hostname", "wildcard_domain",
-    )  # fmt: skip
-
-    jwt_secret: SecretValue = Secret("")  # HS256 key of private circuits' tokens
-    frontend_mode: str = "wildcard"
-    wildcard_domain: str = ""
-    aggregation_hosts: tuple[str, ...] = ()
-    wildcard_traffic_port: int | None = Field(default=None, ge=1, le=65535)
-    discovery_timeout: Duration = 2.0  # GET <replica>/v1/models
-
-    @field_validator("frontend_mode")
-    @classmethod
-    def _mode(cls, v: str) -> str:
-        if v != "wildcard":
-            raise ValueError(
-                "only 'wildcard' is supported (PORT mode needs a listener per circuit; "
-                "use appproxy_router for the ROUTER mode)"
-            )
-        return v
-
-    @field_validator("wildcard_domain")
-    @classmethod
-    def _domain(cls, v: str) -> str:
-        if not v:
-            return ""
-        name = _host(v)
-        if name.startswith("*."):
-            name = name[1:]
-        bare = name.lstrip(".")
-        if not bare or not _HOST.match(bare):
-            raise ValueError("must be a DNS name such as '.models.example.com'")
-        return "." + bare
-
-    @field_validator("aggregation_hosts", mode="before")
-    @classmethod
-    def _hosts(cls, v: Any) -> Any:
-        if v is None:
-            return ()
-        if not isinstance(v, (list, tuple)):
-            raise ValueError("must be a list of host names")
-        out = []
-        for item in v:
-            if not isinstance(item, str) or not _host(item):
-                raise ValueError("must be a list of host names")
-            out.append(_host(item))
-        return tuple(out)
-
-    # -- derived ------------------------------------------------------------
-    @property
-    def mode(self) -> str:
-        return "wildcard"
-
-    @property
-    def apex(self) -> str:
-        """The wildcard domain without its leading dot: an aggregation host."""
-        return self.wildcard_domain.lstrip(".")
-
-    def registration_port(self) -> int:
-        """``api_port``, else ``ROUTER_PORT``, else the traffic port, else 80."""
-        if self.api_port:
-            return self.api_port
-        env = os.environ.get("ROUTER_PORT", "")
-        if env.isdigit() and 0 < int(env) < 65536:
-            return int(env)
-        return self.wildcard_traffic_port or 80
-
-    def public(self) -> dict[str, Any]:
-        """Everything but the secrets (for /status and logs)."""
-        return {
-            "enabled": self.enabled,
-            "coordinator_url": _strip_userinfo(self.coordinator_url),
-            "authority": self.authority,
-            "hostname": self.hostname,
-            "frontend_mode": self.frontend_mode,
-            "wildcard_domain": self.wildcard_domain,
-            "aggregation_hosts": list(self.aggregation_hosts),
-            "wildcard_traffic_port": self.wildcard_traffic_port,
-            "heartbeat_period_s": self.heartbeat_period,
-            "reconcile_interval_s": self.reconcile_interval,
-            "events_enabled": self.events_enabled,
-            "event_format": self.event_format,
-            "channel": self.channel,
-        }
-
-
-def _strip_userinfo(url: str) -> str:
+def strip_userinfo(url: str) -> str:
+    """The URL without its user:password@ part (for /status and logs)."""
     if not url:
         return url
     return re.sub(r"^(\w+://)[^@/]*@", r"\1", url)
@@ -300,14 +201,6 @@ def as_section_validator(parse: Callable[..., Any], code: str) -> Callable[[Any]
     return validate
 
 
-def parse_section(raw: Mapping[str, Any] | None, *, prefix: str = "appproxy") -> AppProxySettings | None:
-    """The validated section (None when absent). Raises ValueError naming keys."""
-    return parse_model(AppProxySettings, raw, prefix=prefix, section="appproxy")
-
-
-validate_section = as_section_validator(parse_section, "appproxy_config")
-
-
 # -- the applied document, cached by digest -----------------------------------
 
 
@@ -330,12 +223,3 @@ def load_cached(cache: dict[str, Any], lock: threading.Lock, section: str, parse
             return cache["value"]
         cache["key"], cache["value"] = key, value
         return value
-
-
-_lock = threading.Lock()
-_cache: dict[str, Any] = {"key": None, "value": None}
-
-
-def load_settings() -> AppProxySettings | None:
-    """The ``appproxy`` section of the applied YAML document, or None (see load_cached)."""
-    return load_cached(_cache, _lock, "appproxy", parse_section)

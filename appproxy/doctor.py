@@ -10,16 +10,14 @@ For the enabled section (`appproxy`, the legacy wildcard worker, or
 - the registration this database recorded for the authority is one the
   coordinator knows (the same read-only call with the recorded worker id);
 - the event bus Redis answers when the section names its own;
-- legacy only: a random label under ``wildcard_domain`` resolves.
+- the mode's own checks (``Mode.doctor``; legacy: a random label under
+  ``wildcard_domain`` resolves).
 
 Nothing is registered, heartbeated or written. No secret is shown.
 """
 
 from __future__ import annotations
 
-import socket
-import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,28 +27,24 @@ from django.utils import timezone
 from node.doctor import Context, Result, fail, ok, warn
 from router.core.backend import masked_url
 
-from . import node
-from .client import CoordinatorError, CoordinatorUnavailable, WorkerNotFound
-from .config import AppProxySettings, parse_section
+from . import modes, node
+from .client import CoordinatorError, CoordinatorUnavailable, WorkerNotFound, client_for
+from .mode import Mode
 from .models import WorkerState
-from .router_config import parse_router_section
-from .worker import client_for
 
 __all__ = ["check"]
 
 NIL_WORKER = "00000000-0000-0000-0000-000000000000"
 
 
-def _enabled(ctx: Context) -> tuple[str, Any] | None:
+def _enabled(ctx: Context) -> tuple[Mode, Any] | None:
     doc = ctx.document
     if doc is None:
         return None
-    legacy = parse_section(doc.appproxy)
-    if legacy is not None and legacy.enabled:
-        return "appproxy", legacy
-    router = parse_router_section(doc.appproxy_router)
-    if router is not None and router.enabled:
-        return "appproxy_router", router
+    for mode in modes.MODES:
+        settings = mode.parse_section(getattr(doc, mode.section))
+        if settings is not None and settings.enabled:
+            return mode, settings
     return None
 
 
@@ -61,19 +55,19 @@ def check(ctx: Context) -> Iterator[Result]:
     if found is None:
         yield ok("appproxy", "off (neither appproxy nor appproxy_router is enabled)")
         return
-    section, settings = found
-    yield from _secrets(ctx, section, settings)
+    mode, settings = found
+    section = mode.section
+    yield from _secrets(ctx, section, settings, mode.secrets)
     accepted = yield from _coordinator(section, settings)
     if accepted:
         yield from _registration(ctx, section, settings)
     yield from _bus(section, settings)
-    if isinstance(settings, AppProxySettings):
-        yield from _wildcard(ctx, settings)
+    if mode.doctor is not None:
+        yield from mode.doctor(ctx, settings)
 
 
-def _secrets(ctx: Context, section: str, settings: Any) -> Iterator[Result]:
+def _secrets(ctx: Context, section: str, settings: Any, names: tuple[str, ...]) -> Iterator[Result]:
     raw = (ctx.raw or {}).get(section) or {}
-    names = ("api_secret", "jwt_secret") if isinstance(settings, AppProxySettings) else ("api_secret",)
     for name in names:
         label = f"{section}.{name}"
         if not getattr(settings, name):
@@ -191,20 +185,3 @@ def _bus(section: str, settings: Any) -> Iterator[Result]:
     finally:
         client.close()
     yield ok("appproxy.bus", f"{masked_url(settings.redis_url)} answers")
-
-
-def _wildcard(ctx: Context, settings: AppProxySettings) -> Iterator[Result]:
-    host = f"doctor-{uuid.uuid4().hex[:8]}{settings.wildcard_domain}"
-    started = time.monotonic()
-    try:
-        answers = socket.getaddrinfo(host, None)
-    except (socket.gaierror, UnicodeError) as exc:
-        yield fail(
-            "appproxy.wildcard",
-            f"*{settings.wildcard_domain} does not resolve ({host}: {exc})",
-            f"add a wildcard DNS record *{settings.wildcard_domain} pointing at this node",
-        )
-        return
-    address = answers[0][4][0] if answers else "?"
-    ms = (time.monotonic() - started) * 1000
-    yield ok("appproxy.wildcard", f"*{settings.wildcard_domain} resolves ({host} → {address}, {ms:.0f} ms)")

@@ -1,9 +1,10 @@
 """Applying coordinator events (reference §3.3) and remembering them.
 
 Invariants:
-- Dispatch is by name: created / route_updated / removed go through
-  ``services.reconcile_apply`` (the same lock and transaction as a pull);
-  every other name, including our own acks echoing back, is ignored.
+- Dispatch is by name: created / route_updated / removed go through the
+  active mode's ``apply_circuits`` (modes.of(settings): its plan, under the
+  same lock and transaction as a pull, reconcile.apply_locked); every other
+  name, including our own acks echoing back, is ignored.
 - Events for another authority are ignored (a broadcast reaches every worker).
 - Applying is idempotent full-state per circuit, so a duplicate or replayed
   event is harmless, and a later pull repairs a lost one.
@@ -22,10 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import modes
 from .envelope import CREATED, REMOVED, ROUTE_UPDATED, Event
 from .models import EventRecord
-from .router_services import router_circuit_desire
-from .services import ApplyResult, reconcile_apply
+from .reconcile import ApplyResult
 from .wire import Circuit, RouteInfo, parse_circuits
 
 log = logging.getLogger(__name__)
@@ -49,17 +50,6 @@ class EventOutcome:
     detail: str = ""
 
 
-def _apply_kwargs(settings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "authority": settings.authority,
-        "discovery_timeout": settings.discovery_timeout,
-    }
-    if getattr(settings, "mode", "wildcard") == "router":
-        # ROUTER mode: circuits join publications; no replica is asked its model.
-        kwargs["desire"] = router_circuit_desire(settings.authority)
-    return kwargs
-
-
 def routed_circuit(event: Event) -> Circuit:
     """The circuit of a route_updated event with its new route list. Raises EventRejected."""
     try:
@@ -75,23 +65,23 @@ def apply_route_updates(circuits: list[Circuit], settings) -> EventOutcome:
     burst): each carries its circuit's whole route list, so for a circuit
     named twice the later one is the state."""
     last = {str(c.id): c for c in circuits}
-    return EventOutcome(reconcile_apply(list(last.values()), source="route_updated", **_apply_kwargs(settings)))
+    return EventOutcome(modes.of(settings).apply_circuits(settings, list(last.values()), source="route_updated"))
 
 
 def apply_event(event: Event, settings) -> EventOutcome:
     """Apply one decoded event addressed to us. Raises EventRejected."""
-    kwargs = _apply_kwargs(settings)
+    apply = modes.of(settings).apply_circuits
     if event.name == CREATED:
         circuits, errors = parse_circuits(event.circuits)
         if errors and not circuits:
             raise EventRejected("; ".join(errors))
-        result = reconcile_apply(circuits, source="created", **kwargs)
+        result = apply(settings, circuits, source="created")
         return EventOutcome(result, ack=[c.raw for c in circuits], detail="; ".join(errors))
     if event.name == ROUTE_UPDATED:
         return apply_route_updates([routed_circuit(event)], settings)
     if event.name == REMOVED:
         ids = [str(c.get("id")).lower() for c in event.circuits if c.get("id")]
-        result = reconcile_apply([], source="removed", remove=ids, **kwargs)
+        result = apply(settings, [], source="removed", remove=ids)
         return EventOutcome(result)
     raise EventRejected(f"not an applied event: {event.name}")
 

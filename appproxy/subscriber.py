@@ -32,15 +32,14 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from django.conf import settings as django_settings
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from router.config_schema import ConfigError
 from router.dbthread import DbThread
-from router.redis import async_client, sync_client
+from router.redis import async_client
 
-from . import envelope, node, router_metrics
+from . import envelope, modes, node
 from .envelope import CREATED, ROUTE_UPDATED, EnvelopeError
 from .events import (
     APPLIED_EVENTS,
@@ -51,32 +50,20 @@ from .events import (
     record_events,
     routed_circuit,
 )
+from .mode import Mode
 from .modes import Settings, active_settings
-from .router_events import ROUTER_EVENTS, decode_router, encode_router_ack
-from .router_services import apply_publication, refresh_keys, remove_key, remove_publication, warm_publications
-from .worker import client_for, request_pull, state_of
+from .subscribed import alive_key
+from .worker import request_pull
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Subscriber", "alive_key", "subscriber_alive"]
+__all__ = ["Subscriber"]
 
 ALIVE_TTL = 10
 ALIVE_REFRESH = 3.0
 CONFIG_CHECK = 1.0
-WARM_EVERY = 1.0  # s between idle reads of the ROUTER publications (router_services.warm_publications)
+WARM_EVERY = 1.0  # s between idle calls of the mode's Mode.idle (ROUTER: its publications read ahead)
 BATCH_MAX = 256  # messages taken off the socket at once (a burst)
-
-
-def alive_key(authority: str) -> str:
-    # Per node: nodes sharing a deployment's Redis namespace each need their own.
-    return f"{django_settings.ROUTER_REDIS_PREFIX}appproxy:events:{django_settings.ROUTER_NODE_ID}:{authority}"
-
-
-def subscriber_alive(authority: str) -> bool:
-    try:
-        return bool(sync_client().exists(alive_key(authority)))
-    except RedisError:
-        return False
 
 
 def _session_key(s: Settings) -> tuple[Any, ...]:
@@ -156,6 +143,7 @@ class Subscriber:
         subscribed = False
         checked_at = time.monotonic()
         warmed_at = 0.0
+        mode = modes.of(s)  # the session ends when the mode changes (_session_key)
         try:
             await pubsub.subscribe(s.channel)
             while not self.stop.is_set():
@@ -172,13 +160,13 @@ class Subscriber:
                     s = fresh  # e.g. a new event_format applies at once
                 message = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
                 if message is None:
-                    if s.mode == "router" and subscribed and now - warmed_at >= WARM_EVERY:
-                        # Idle: the publications an event plans with, read now
-                        # rather than by the next event (a revision read when
-                        # nothing changed).
+                    if mode.idle is not None and subscribed and now - warmed_at >= WARM_EVERY:
+                        # Idle: ROUTER reads the publications an event plans
+                        # with now rather than by the next event (a revision
+                        # read when nothing changed).
                         warmed_at = now
                         try:
-                            await self._db(warm_publications, s.authority)
+                            await self._db(mode.idle, s.authority)
                         except Exception as exc:  # the DB is down: the next event reads them itself
                             log.debug("appproxy: publications not read ahead (%s)", type(exc).__name__)
                     continue
@@ -281,8 +269,9 @@ class Subscriber:
         )
 
     async def _one(self, bus: Any, s: Settings, event: Any, received: Any) -> None:
-        if s.mode == "router" and event.name in ROUTER_EVENTS:
-            await self._router_event(bus, s, event, received)
+        mode = modes.of(s)
+        if mode.events is not None and event.name in mode.events.names:
+            await self._own_event(bus, s, mode, event, received)
             return
         if event.name not in APPLIED_EVENTS or event.authority != s.authority:
             return
@@ -340,12 +329,14 @@ class Subscriber:
         await self._db(record_event, **base, applied_at=applied, acked_at=acked, ok=True, detail=detail)
         return applied, acked
 
-    # -- ROUTER-mode events (seed §9.9-9.10) -------------------------------
-    async def _router_event(self, bus: Any, s: Settings, event: Any, received: Any) -> None:
+    # -- a mode's own events (Mode.events; ROUTER: publications and keys) ------
+    async def _own_event(self, bus: Any, s: Settings, mode: Mode, event: Any, received: Any) -> None:
+        own = mode.events
+        assert own is not None
         try:
-            ev = decode_router(event)
+            ev = own.decode(event)
         except EnvelopeError as exc:
-            log.warning("appproxy_router: %s dropped: %s", event.name, exc)
+            log.warning("%s: %s dropped: %s", mode.section, event.name, exc)
             await self._db(
                 record_event, name=event.name, fmt=event.fmt, received_at=received, ok=False, detail=str(exc)
             )
@@ -361,42 +352,27 @@ class Subscriber:
         }
         node_id = await self._db(_node_id)
         try:
-            await self._db(_apply_router_event, ev, s, node_id)
+            await self._db(own.apply, ev, s, node_id)
         except Exception as exc:
             log.warning(
-                "appproxy_router: %s %s not applied (%s); the next pull heals it",
+                "%s: %s %s not applied (%s); the next pull heals it",
+                mode.section,
                 ev.name,
                 ev.ack_id,
                 type(exc).__name__,
             )
             await self._db(record_event, **base, ok=False, detail=f"not applied: {type(exc).__name__}")
-            await self._db(router_metrics.record_event, ev.name, False, None, None)
+            await self._db(own.counted, ev.name, False, None, None)
             return
         ack = None
         if node_id:
-            ack = encode_router_ack(
-                s.authority, node_id, ev.kind, ev.ack_id, s.ack_format(ev.fmt), request_id=event.request_id
-            )
-        applied, acked = await self._acked(bus, s, base, ack, "appproxy_router: event applied", {"id": ev.ack_id})
+            ack = own.ack(s.authority, node_id, ev.kind, ev.ack_id, s.ack_format(ev.fmt), request_id=event.request_id)
+        applied, acked = await self._acked(bus, s, base, ack, f"{mode.section}: event applied", {"id": ev.ack_id})
         await self._db(
-            router_metrics.record_event,
+            own.counted,
             ev.name,
             True,
             (applied - received).total_seconds(),
             (acked - received).total_seconds() if acked is not None else None,
         )
 
-
-def _apply_router_event(ev: Any, s: Settings, node_id: str) -> None:
-    if ev.name.endswith("model_updated_event"):
-        apply_publication(s.authority, ev.publication)
-    elif ev.name.endswith("model_removed_event"):
-        remove_publication(s.authority, ev.ident)
-    elif ev.name.endswith("key_removed_event"):
-        remove_key(s.authority, ev.ident)
-    else:  # key_updated: the hash comes from an authenticated re-pull
-        row = state_of(s.authority, node_id)
-        if row is None or not row.worker_id:
-            raise RuntimeError("not registered yet")
-        with client_for(s) as client:
-            refresh_keys(s.authority, client=client, worker_id=row.worker_id, node_id=node_id)

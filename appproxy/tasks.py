@@ -16,7 +16,8 @@ Invariants:
   session registers again and pulls in full; nodes sharing one database each
   keep their own row and never take turns registering.
 - Both modes run here: the legacy wildcard worker (``appproxy``) and the
-  ROUTER worker (``appproxy_router``); appproxy.modes picks the enabled one.
+  ROUTER worker (``appproxy_router``); appproxy.modes picks the enabled one,
+  and what only another mode keeps is dropped (``Mode.clear``).
 - At graceful shutdown (``worker_shutdown``) the worker is deregistered.
 """
 
@@ -36,10 +37,9 @@ from router.config_schema import ConfigError
 from router.redis import sync_client
 
 from . import lifecycle, node, worker
-from .modes import Settings, active_settings
-from .router_services import clear_router_mirror
-from .services import clear_mirror
-from .subscriber import subscriber_alive
+from .modes import MODES, Settings, active_settings
+from .reconcile import clear_mirror
+from .subscribed import subscriber_alive
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,12 @@ _waiting_since: dict[str, float] = {}
 
 _UNSET = object()
 _cleared_for: object = _UNSET
-_router_cleared_for: object = _UNSET
+_others_cleared_for: object = _UNSET
 
 
 def _settings() -> Settings | None:
     """The enabled section, or None (disabled, absent or invalid)."""
-    global _cleared_for, _router_cleared_for
+    global _cleared_for, _others_cleared_for
 
     try:
         s = active_settings()
@@ -62,19 +62,21 @@ def _settings() -> Settings | None:
         log.error("appproxy: config error: %s", exc)
         return None  # an invalid file never clears anything
     if s is not None and s.enabled:
-        if s.mode != "router" and _router_cleared_for is not s:
-            # Legacy mode: no coordinator key or publication of an earlier
-            # ROUTER configuration may stay valid (checked once per config).
-            if clear_router_mirror():
-                log.info("appproxy_router: not the active mode; publications and coordinator keys removed")
-            _router_cleared_for = s
+        if _others_cleared_for is not s:
+            # E.g. legacy mode: no coordinator key or publication of an
+            # earlier ROUTER configuration may stay valid (checked once per config).
+            for mode in MODES:
+                if mode.name != s.mode and mode.clear():
+                    log.info("%s: not the active mode; %s removed", mode.section, mode.cleared)
+            _others_cleared_for = s
         _cleared_for = _UNSET
         return s
     if _cleared_for is not s:  # once per config change: a disabled worker serves no circuits
         if clear_mirror() is not None:
             log.info("appproxy: disabled; mirrored circuits and their backends removed")
-        if clear_router_mirror():
-            log.info("appproxy_router: disabled; publications and coordinator keys removed")
+        for mode in MODES:
+            if mode.clear():
+                log.info("%s: disabled; %s removed", mode.section, mode.cleared)
         _cleared_for = s
     return None
 

@@ -27,20 +27,14 @@ from django.utils import timezone
 from redis.exceptions import LockError
 
 from router import gcwork
-from router.revision import bump_revision, touch
 
-from . import lifecycle, router_metrics
-from .client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound
-from .config import AppProxySettings
-from .models import WORKER, WorkerState
-from .router_services import router_pull_and_apply
-from .router_wire import router_registration
-from .services import pull_and_apply
-from .wire import WorkerRegistration
+from . import lifecycle, modes
+from .client import CoordinatorClient, CoordinatorError, CoordinatorUnavailable, WorkerNotFound, client_for
+from .models import WorkerState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["deregister", "heartbeat", "reconcile", "register", "request_pull", "state", "state_of", "view"]
+__all__ = ["deregister", "heartbeat", "reconcile", "register", "request_pull", "state", "view"]
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -51,13 +45,6 @@ def state(authority: str, node_id: str) -> WorkerState:
     """This node's row under the authority (one per node session)."""
     row, _ = WorkerState.objects.get_or_create(authority=authority, node_id=node_id)
     return row
-
-
-def state_of(authority: str, node_id: str) -> WorkerState | None:
-    """This node's row, if it exists (never creates one)."""
-    if not node_id:
-        return None
-    return WorkerState.objects.filter(authority=authority, node_id=node_id).first()
 
 
 def _rows(authority: str, node_id: str):
@@ -76,10 +63,6 @@ def view(row: WorkerState) -> lifecycle.View:
     )
 
 
-def client_for(settings: Any) -> CoordinatorClient:
-    return CoordinatorClient(settings.coordinator_url, settings.api_secret, timeout=settings.request_timeout)
-
-
 def _ok(authority: str, node_id: str, **fields) -> None:
     _rows(authority, node_id).update(failures=0, retry_at=None, last_error="", updated_at=timezone.now(), **fields)
 
@@ -95,7 +78,7 @@ def _prune(authority: str, node_id: str, heartbeat_period: float) -> None:
     WorkerState.objects.filter(authority=authority, updated_at__lt=quiet).exclude(node_id=node_id).delete()
 
 
-def _failed(settings: AppProxySettings, what: str, exc: Exception, node_id: str) -> None:
+def _failed(settings: Any, what: str, exc: Exception, node_id: str) -> None:
     row = state(settings.authority, node_id)
     failures = row.failures + 1
     delay = lifecycle.backoff(failures, cap=settings.retry_backoff_max)
@@ -110,30 +93,12 @@ def _failed(settings: AppProxySettings, what: str, exc: Exception, node_id: str)
     log.warning("appproxy: %s failed (%s); next try in %.1fs", what, exc, delay, extra={"failures": failures})
 
 
-def _is_router(settings: Any) -> bool:
-    return getattr(settings, "mode", "wildcard") == "router"
-
-
 def register(settings: Any, *, boot_id: str) -> bool:
-    """PUT /api/worker, then the first heartbeat and the first (full) pull."""
+    """PUT /api/worker (the mode's body), then the first heartbeat and the first (full) pull."""
+    mode = modes.of(settings)
     with client_for(settings) as client:
         try:
-            if _is_router(settings):
-                info = client.register_router(
-                    router_registration(
-                        authority=settings.authority,
-                        hostname=settings.hostname,
-                        api_port=settings.registration_port(),
-                        traffic_port=settings.advertised_traffic_port(),
-                        node_id=boot_id,
-                        tls_listen=settings.tls_listen,
-                        tls_advertised=settings.tls_advertised,
-                    )
-                )
-            else:
-                info = client.register(
-                    WorkerRegistration.from_settings(settings, api_port=settings.registration_port())
-                )
+            info = mode.register(client, settings, boot_id)
         except CoordinatorError as exc:
             _failed(settings, "register", exc, boot_id)
             return False
@@ -150,11 +115,7 @@ def register(settings: Any, *, boot_id: str) -> bool:
                 status="registered",
             )
             _prune(settings.authority, boot_id, settings.heartbeat_period)
-        if _is_router(settings):
-            router_metrics.record_revision("")  # a (re)registration pulls in full
-            if first:
-                touch(WORKER, boot_id)
-                bump_revision("appproxy registered")  # /readyz reads it
+        mode.registered(settings, boot_id, first)
         log.info(
             "appproxy: registered",
             extra={
@@ -171,7 +132,7 @@ def register(settings: Any, *, boot_id: str) -> bool:
 
 def _heartbeat(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str) -> None:
     try:
-        client.heartbeat(worker_id, node_id if _is_router(settings) else None)
+        client.heartbeat(worker_id, node_id if modes.of(settings).names_node else None)
     except WorkerNotFound:
         _lost(settings.authority, node_id, worker_id)
         return
@@ -194,10 +155,7 @@ def _pull(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str
 
 
 def _pull_and_apply(settings: Any, client: CoordinatorClient, worker_id: str, node_id: str) -> None:
-    if _is_router(settings):
-        router_pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
-    else:
-        pull_and_apply(settings, client=client, worker_id=worker_id, node_id=node_id)
+    modes.of(settings).pull(settings, client=client, worker_id=worker_id, node_id=node_id)
 
 
 def heartbeat(settings: Any, *, boot_id: str) -> None:
@@ -240,7 +198,7 @@ def deregister(settings: Any, *, boot_id: str) -> None:
         with CoordinatorClient(
             settings.coordinator_url, settings.api_secret, timeout=min(3.0, settings.request_timeout)
         ) as client:
-            client.deregister(row.worker_id, boot_id if _is_router(settings) else None)
+            client.deregister(row.worker_id, boot_id if modes.of(settings).names_node else None)
     except CoordinatorError as exc:
         log.warning("appproxy: deregistration failed: %s", exc)
     WorkerState.objects.filter(pk=row.pk).update(worker_id="", status="deregistered", updated_at=timezone.now())

@@ -74,7 +74,7 @@ def subscriber_alive(authority: str) -> bool | None:
     # dashboard (see the module docstring), and its subscriber module needs
     # the appproxy models loaded.
     try:
-        from appproxy.subscriber import subscriber_alive as alive
+        from appproxy.subscribed import subscriber_alive as alive
     except ImportError:
         return None
     try:
@@ -214,8 +214,8 @@ def appproxy_off() -> dict[str, str] | None:
     if model("Circuit") is None:
         return None
     try:
-        from appproxy.config import load_settings
-        from appproxy.router_config import load_router_settings
+        from appproxy.legacy.config import load_settings
+        from appproxy.router_mode.config import load_router_settings
     except ImportError:
         return None
     try:
@@ -262,8 +262,8 @@ def router_reading(snapshot: Any) -> dict[str, Any] | None:
     # Imported when asked (appproxy is optional for the dashboard).
     try:
         from appproxy import node
-        from appproxy.router_config import load_router_settings
-        from appproxy.router_status import mirror_summary, routed
+        from appproxy.router_mode.config import load_router_settings
+        from appproxy.router_mode.status import mirror_summary, routed
     except ImportError:
         return None
     try:

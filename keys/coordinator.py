@@ -1,6 +1,6 @@
 """Writes of coordinator-owned keys (KEY-3): the ROUTER worker's key mirror.
 
-The AppProxy ROUTER worker (appproxy.router_services) hands this module the
+The AppProxy ROUTER worker (appproxy.router_mode.services) hands this module the
 key records it pulled or was told about; they land in the same ``ApiKey``
 table as operator keys (``source=coordinator``, keyed by ``key_id``), so
 one gate and one keyring serve both.

@@ -96,7 +96,7 @@ class IngressRequest(Protocol):
 
 
 class IngressResolver(Protocol):
-    """`Snapshot.ingress`: Host → a pinned model (appproxy.ingress.Ingress)."""
+    """`Snapshot.ingress`: Host → a pinned model (appproxy.legacy.ingress.Ingress)."""
 
     def resolve(self, env: IngressRequest, snap: Snapshot | None = None) -> str | None: ...
 

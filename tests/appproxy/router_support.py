@@ -223,7 +223,7 @@ def registered_router(settings, *, replicas: int, name: str, ack_timeout: float)
     and answered 503 after `ack_timeout`."""
     from appproxy.client import CoordinatorClient
     from appproxy.models import WorkerState
-    from appproxy.router_wire import router_registration
+    from appproxy.router_mode.wire import router_registration
     from fakes import openai_backend
     from router.core.secret import Secret
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from appproxy import config as appproxy_config
-from appproxy.config import AppProxySettings, parse_duration, parse_section
+from appproxy.config import parse_duration
+from appproxy.legacy import config as appproxy_config
+from appproxy.legacy.config import AppProxySettings, parse_section
 from router.config_schema import ConfigError, parse
 from router.core.secret import Secret
 from router.services import config_sync

@@ -14,9 +14,10 @@ import uuid
 
 import pytest
 
-from appproxy.ingress import Ingress
-from appproxy.plan import circuit_scope, confinement, desired_backends
-from appproxy.services import reconcile_apply
+from appproxy.backends import circuit_scope
+from appproxy.legacy.ingress import Ingress
+from appproxy.legacy.plan import confinement, desired_backends
+from appproxy.legacy.services import reconcile_apply
 from appproxy.wire import Circuit as WireCircuit
 from router import selectors
 from router.core.backend import BackendSpec

@@ -22,8 +22,8 @@ import pytest
 from django.core.management import call_command
 
 from appproxy import worker
-from appproxy.config import parse_section
-from appproxy.router_config import parse_router_section
+from appproxy.legacy.config import parse_section
+from appproxy.router_mode.config import parse_router_section
 from router.config_schema import load
 from tests.support.routerproc import PY, ROOT, free_port, migrated_template
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import jwt
 import pytest
 
-from appproxy.ingress import Ingress, normalize_host
-from appproxy.plan import ingress_table
+from appproxy.legacy.ingress import Ingress, normalize_host
+from appproxy.legacy.plan import ingress_table
 from appproxy.wire import Circuit
 from router.core.errors import ClientIpNotAllowed, EndpointNotFound, InvalidToken, NoBackendAvailable
 from router.core.secret import Secret

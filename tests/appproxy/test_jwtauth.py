@@ -10,7 +10,7 @@ import jwt
 import orjson
 import pytest
 
-from appproxy.jwtauth import verify_circuit_token
+from appproxy.legacy.jwtauth import verify_circuit_token
 from router.core.errors import InvalidToken
 from router.core.secret import Secret
 

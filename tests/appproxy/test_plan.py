@@ -7,12 +7,11 @@ import math
 
 import pytest
 
-from appproxy.plan import (
+from appproxy.backends import Plan, plan
+from appproxy.legacy.plan import (
     IngressEntry,
-    Plan,
     desired_backends,
     ingress_table,
-    plan,
     weight_from_ratio,
 )
 from appproxy.wire import Circuit

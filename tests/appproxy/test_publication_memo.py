@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from appproxy import router_services
 from appproxy.models import Publication
-from appproxy.router_wire import Publication as WirePublication
+from appproxy.router_mode import services as router_services
+from appproxy.router_mode.wire import Publication as WirePublication
 
 pytestmark = pytest.mark.django_db
 

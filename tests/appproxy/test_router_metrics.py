@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import RedisError
 
-from appproxy import router_metrics
 from appproxy.models import WorkerState
-from appproxy.router_metrics import BUCKETS, record_event, record_pull, record_revision
+from appproxy.router_mode import metrics as router_metrics
+from appproxy.router_mode.metrics import BUCKETS, record_event, record_pull, record_revision
 from router.models import ConfigDocument
 from router.redis import sync_client
 
@@ -40,7 +40,7 @@ def redis_prefix(settings, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def fresh_router_settings(monkeypatch):
-    from appproxy import router_config
+    from appproxy.router_mode import config as router_config
 
     monkeypatch.setattr(router_config, "_cache", {"key": None, "value": None})
 

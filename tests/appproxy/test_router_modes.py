@@ -50,7 +50,7 @@ def _mirror_router_state() -> None:
 @pytest.fixture(autouse=True)
 def _fresh_tasks_state(monkeypatch):
     monkeypatch.setattr(tasks, "_cleared_for", tasks._UNSET)
-    monkeypatch.setattr(tasks, "_router_cleared_for", tasks._UNSET)
+    monkeypatch.setattr(tasks, "_others_cleared_for", tasks._UNSET)
     monkeypatch.setattr(tasks, "clear_mirror", lambda: None)  # circuits: the legacy tests' business
 
 

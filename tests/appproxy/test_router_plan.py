@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from appproxy.router_plan import composed_weight, desired, round_half_up, sanitize, summarize
-from appproxy.router_wire import Publication
+from appproxy.router_mode.plan import composed_weight, desired, round_half_up, sanitize, summarize
+from appproxy.router_mode.wire import Publication
 from appproxy.wire import Circuit
 
 EP_A = "33333333-3333-4333-8333-333333333333"
@@ -308,7 +308,7 @@ def test_a_patched_index_equals_a_fresh_one_after_every_change(steps, world):
     """The endpoint index kept up to date by `reindexed` (as the events
     process does, one change set at a time) equals one built from scratch
     over the publications of now, and so plans the same backends."""
-    from appproxy.router_plan import desired_backends, index, reindexed
+    from appproxy.router_mode.plan import desired_backends, index, reindexed
 
     circuits, _ = world
     now: dict[str, Publication] = {}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from appproxy import pulls, router_services, worker
+from appproxy import pulls, worker
 from appproxy.models import WorkerState
+from appproxy.router_mode import services as router_services
 from keys.services import key_create
 from router.models import Backend
 from router.redis import sync_client

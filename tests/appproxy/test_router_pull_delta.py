@@ -1,5 +1,5 @@
 """A ROUTER pull compares only what can have changed since this process's
-last pull (appproxy/pulled.py), and the mirror it leaves is the one a
+last pull (appproxy/router_mode/pulled.py), and the mirror it leaves is the one a
 whole comparison leaves.
 
 A seeded random run of coordinator changes (route replaces, new and deleted
@@ -18,11 +18,12 @@ import uuid
 import pytest
 from django.db import connection
 
-from appproxy import router_services, services
+from appproxy import reconcile
+from appproxy.backends import plan
 from appproxy.models import Circuit
-from appproxy.plan import plan
-from appproxy.pulled import circuit_of
-from appproxy.router_plan import desired
+from appproxy.router_mode import services as router_services
+from appproxy.router_mode.plan import desired
+from appproxy.router_mode.pulled import circuit_of
 
 from .router_support import RouterManager, registered_router
 
@@ -59,9 +60,9 @@ def assert_mirror_is_from_scratch(s) -> None:
     rows = {row.circuit_id: row for row in Circuit.objects.all()}
     assert rows.keys() == want.keys()
     assert all(want[cid].same_raw(row.raw) for cid, row in rows.items())
-    every = [services.stored_circuit(row) for row in rows.values()]
+    every = [reconcile.stored_circuit(row) for row in rows.values()]
     scratch = desired(every, router_services.publications(s.authority)).backends
-    diff = plan(scratch, services._actual())
+    diff = plan(scratch, reconcile.actual_backends())
     assert not diff, (diff.add, diff.update, diff.remove)
 
 
@@ -102,7 +103,7 @@ def test_a_circuit_an_event_changed_is_compared_even_when_its_item_is_as_last_pu
     m.routes(ep, setup.replicas[1])
     pull(setup)
     desire = router_services.router_circuit_desire(setup.authority)
-    services.reconcile_apply(list(old.values()), source="route_updated", authority=setup.authority, desire=desire)
+    reconcile.reconcile_apply(list(old.values()), source="route_updated", authority=setup.authority, desire=desire)
     pull(setup)
     assert_mirror_is_from_scratch(setup)
 
@@ -116,7 +117,7 @@ def test_a_circuit_an_event_added_is_removed_when_the_coordinator_no_longer_list
     desire = router_services.router_circuit_desire(setup.authority)
     now = coordinator_circuits(setup)
     added = [c for c in now.values() if str(c.endpoint_id) == brief]
-    services.reconcile_apply(added, source="created", authority=setup.authority, desire=desire)
+    reconcile.reconcile_apply(added, source="created", authority=setup.authority, desire=desire)
     assert m.delete(brief).status_code in (200, 503)  # and its removed event is lost
     pull(setup)
     assert_mirror_is_from_scratch(setup)
@@ -151,7 +152,7 @@ def test_a_random_run_of_changes_events_and_pulls_matches_a_from_scratch_mirror(
             # held it some steps ago, upserted on its own.
             then = history[-1] if rng.random() < 0.6 else rng.choice(history)
             some = rng.sample(sorted(then), min(2, len(then)))
-            services.reconcile_apply(
+            reconcile.reconcile_apply(
                 [then[cid] for cid in some], source="route_updated", authority=setup.authority, desire=desire
             )
         if rng.random() < 0.6:
@@ -188,7 +189,7 @@ def publication_sql(fn) -> tuple[object, list[str]]:
 
 
 def test_publications_are_read_again_only_after_one_changed(setup):
-    from appproxy.router_wire import Publication as WirePublication
+    from appproxy.router_mode.wire import Publication as WirePublication
 
     m = setup.manager
     ep = endpoint(m, "svc", setup.replicas[0])
@@ -227,9 +228,9 @@ def test_publications_are_read_again_only_after_one_changed(setup):
 def assert_mirror_is_from_scratch_of_publications(s) -> None:
     """The backends as planned from the publications read straight from the DB."""
     rows = list(Circuit.objects.all())
-    every = [services.stored_circuit(row) for row in rows]
+    every = [reconcile.stored_circuit(row) for row in rows]
     scratch = desired(every, router_services._read_publications(s.authority).values()).backends
-    assert not plan(scratch, services._actual())
+    assert not plan(scratch, reconcile.actual_backends())
 
 
 # -- the whole comparison without the reconcile lock ----------------------------
@@ -246,7 +247,7 @@ def whole_reads_under_the_lock(s, fn) -> tuple[int, int]:
     """(whole reads of the mirror's circuits while the reconcile lock was held,
     whole reads without it) during fn."""
     held, free = [], []
-    lock = services.reconcile_lock(s.authority)
+    lock = reconcile.reconcile_lock(s.authority)
 
     def record(execute, sql, params, many, context):
         text = sql.lstrip()
@@ -335,7 +336,7 @@ def test_an_event_applied_after_the_fetch_is_not_reverted_by_the_older_answer(se
     def event() -> None:  # the coordinator moves on, and its event is applied at once
         m.routes(eps[0], setup.replicas[2])
         newest = [c for c in coordinator_circuits(setup).values() if str(c.endpoint_id) == eps[0]]
-        services.reconcile_apply(newest, source="route_updated", authority=setup.authority, desire=desire)
+        reconcile.reconcile_apply(newest, source="route_updated", authority=setup.authority, desire=desire)
 
     late = LateEvent(setup.client, event)
     router_services.router_pull_and_apply(setup.settings, client=late, worker_id=setup.worker_id, node_id="n1")
@@ -358,7 +359,7 @@ def test_a_circuit_a_late_event_added_after_the_fetch_goes_when_the_next_answer_
     desire = router_services.router_circuit_desire(setup.authority)
 
     def stale_created() -> None:
-        services.reconcile_apply(added, source="created", authority=setup.authority, desire=desire)
+        reconcile.reconcile_apply(added, source="created", authority=setup.authority, desire=desire)
 
     late = LateEvent(setup.client, stale_created)
     router_services.router_pull_and_apply(setup.settings, client=late, worker_id=setup.worker_id, node_id="n1")
@@ -386,7 +387,7 @@ def test_a_random_run_with_restarts_and_late_events_matches_a_from_scratch_mirro
             def then(target=target) -> None:
                 m.routes(target, *rng.sample(setup.replicas, rng.randint(1, 2)))
                 now = [c for c in coordinator_circuits(setup).values() if str(c.endpoint_id) == target]
-                services.reconcile_apply(now, source="route_updated", authority=setup.authority, desire=desire)
+                reconcile.reconcile_apply(now, source="route_updated", authority=setup.authority, desire=desire)
 
         client = LateEvent(setup.client, then) if then is not None else setup.client
         router_services.router_pull_and_apply(setup.settings, client=client, worker_id=setup.worker_id, node_id="n1")

@@ -9,9 +9,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from appproxy import router_services
 from appproxy.models import Publication
-from appproxy.router_wire import Publication as WirePublication
+from appproxy.router_mode import services as router_services
+from appproxy.router_mode.wire import Publication as WirePublication
 from router.revision import bump_revision, current_revision
 
 pytestmark = pytest.mark.django_db

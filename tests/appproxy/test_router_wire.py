@@ -11,9 +11,9 @@ import msgpack
 import pytest
 
 from appproxy.envelope import decode
-from appproxy.router_config import parse_router_section
-from appproxy.router_events import decode_router, encode_router_ack
-from appproxy.router_wire import parse_expiry, parse_snapshot, revision_text, router_registration
+from appproxy.router_mode.config import parse_router_section
+from appproxy.router_mode.events import decode_router, encode_router_ack
+from appproxy.router_mode.wire import parse_expiry, parse_snapshot, revision_text, router_registration
 from router.config_schema import ConfigError, parse
 
 HASH = "ab" * 32

@@ -8,12 +8,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from appproxy import discovery, events
-from appproxy.config import parse_section
+from appproxy import events
 from appproxy.envelope import CREATED, REMOVED, ROUTE_UPDATED, decode, encode_event
+from appproxy.legacy import discovery
+from appproxy.legacy.config import parse_section
+from appproxy.legacy.selectors import compile_ingress
+from appproxy.legacy.services import reconcile_apply
 from appproxy.models import Circuit, EventRecord, Route, WorkerState
-from appproxy.selectors import compile_ingress
-from appproxy.services import reconcile_apply
 from appproxy.wire import Circuit as WireCircuit
 from router.models import Backend, Source
 from router.revision import current_revision
@@ -119,7 +120,7 @@ def test_idempotent_and_other_sources_untouched(openai_backends):
 
 
 def test_clear_mirror_when_disabled(openai_backends):
-    from appproxy.services import clear_mirror
+    from appproxy.reconcile import clear_mirror
 
     (a,) = openai_backends("ra", models=("m",))
     Backend.objects.create(name="cfg", source=Source.CONFIG, url="http://x:1", models=["m"])
@@ -135,10 +136,11 @@ def test_full_pull_removes_missing_but_keeps_unparseable(openai_backends):
     keep, drop, stay = circuit(route(a)), circuit(route(a)), circuit(route(a))
     apply(keep, drop, stay)
     assert len(ours()) == 3
-    from appproxy.services import apply_locked
+    from appproxy.legacy.services import DESIRE
+    from appproxy.reconcile import apply_locked
 
     apply_locked(
-        [WireCircuit.model_validate(stay)], {}, source="pull", authority=AUTHORITY, full=True, keep={keep["id"]}
+        [WireCircuit.model_validate(stay)], {}, source="pull", authority=AUTHORITY, full=True, keep={keep["id"]}, desire=DESIRE
     )
     assert set(Circuit.objects.values_list("circuit_id", flat=True)) == {keep["id"], stay["id"]}
     assert not [n for n in ours() if drop["id"] in n]
@@ -278,13 +280,13 @@ def test_a_burst_of_route_updates_is_applied_in_one_reconcile(openai_backends):
 
 @pytest.mark.parametrize("many", [False, True])
 def test_backends_of_some_circuits_are_read_alike_in_sql_and_by_name(many):
-    """services._actual(circuits): a few circuits select their backends in SQL,
+    """reconcile.actual_backends(circuits): a few circuits select their backends in SQL,
     many (a pull that found most of the mirror new) filter every mirrored
     row by name; both give exactly the backends `appproxy-<circuit>-…` and
     the names asked for."""
-    from appproxy import services
+    from appproxy import reconcile
 
-    cids = [str(uuid.uuid4()) for _ in range(services.SCOPE_IN_SQL * 2)]
+    cids = [str(uuid.uuid4()) for _ in range(reconcile.SCOPE_IN_SQL * 2)]
     rows = [Backend(name=f"appproxy-{cid}-r{r}", source=Source.APPPROXY, url=f"http://10.0.0.{r}:8000",
                     models=["m"]) for cid in cids for r in (1, 2)]
     rows += [Backend(name="appproxy-not-a-circuit", source=Source.APPPROXY, url="http://10.0.0.9:1"),
@@ -296,8 +298,8 @@ def test_backends_of_some_circuits_are_read_alike_in_sql_and_by_name(many):
              for tail in ("", ",r1", ".r1", "-")]
     rows += [Backend(name=f"appproxy-{cids[2].upper()}-r1", source=Source.APPPROXY, url="http://10.0.0.5:1")]
     Backend.objects.bulk_create(rows)
-    scope = cids[: services.SCOPE_IN_SQL + 1] if many else cids[:3]
-    got = services._actual(scope, ["operator-one"])
+    scope = cids[: reconcile.SCOPE_IN_SQL + 1] if many else cids[:3]
+    got = reconcile.actual_backends(scope, ["operator-one"])
     want = {b.name for b in rows if b.name == "operator-one"
             or any(b.name.startswith(f"appproxy-{cid}-") for cid in scope)}
     assert set(got) == want

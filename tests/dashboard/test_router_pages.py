@@ -16,10 +16,10 @@ import orjson
 import pytest
 from django.utils import timezone
 
-from appproxy import router_services
 from appproxy.models import Circuit, EventRecord, Publication, WorkerState
-from appproxy.router_wire import Publication as WirePublication
-from appproxy.services import apply_locked, reconcile_lock
+from appproxy.reconcile import apply_locked, reconcile_lock
+from appproxy.router_mode import services as router_services
+from appproxy.router_mode.wire import Publication as WirePublication
 from appproxy.wire import Circuit as WireCircuit
 from keys.coordinator import CoordinatorKey, sync_coordinator_keys
 from keys.models import ApiKey
@@ -69,7 +69,7 @@ def _section(api_secret: str = "${ROUTER_TEST_API_SECRET}") -> dict:
 def fresh_router_settings(monkeypatch):
     """No appproxy_router settings cached by an earlier test (it keeps the
     last good section when a new one does not parse)."""
-    from appproxy import router_config
+    from appproxy.router_mode import config as router_config
 
     monkeypatch.setattr(router_config, "_cache", {"key": None, "value": None})
 
@@ -474,7 +474,8 @@ def test_no_page_or_json_shows_a_token_hash_or_the_api_secret(superuser, populat
 def test_status_and_metrics_with_live_facts_show_no_token_hash(superuser, populated, live_runtime):
     """/status and /metrics read the DB in a worker thread (they run in the
     event loop): committed rows here, so their facts are real."""
-    from appproxy import router_metrics, router_status
+    from appproxy.router_mode import metrics as router_metrics
+    from appproxy.router_mode import status as router_status
 
     live_runtime()  # /status reports the snapshot a serving process holds
     router_status._cache.update(at=0.0, key=None, value=None)
@@ -491,7 +492,7 @@ def test_status_and_metrics_with_live_facts_show_no_token_hash(superuser, popula
 
 
 def test_a_mirror_that_cannot_be_read_is_reported_not_raised(staff, populated, monkeypatch):
-    from appproxy import router_status
+    from appproxy.router_mode import status as router_status
 
     def broken(authority):
         raise ValueError("mirrored publication does not parse")

@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 
 from appproxy import envelope
 from appproxy.envelope import ACK, CREATED, REMOVED, ROUTE_UPDATED, EnvelopeError
-from appproxy.jwtauth import verify_circuit_token
+from appproxy.legacy.jwtauth import verify_circuit_token
 from appproxy.wire import Circuit, WorkerRegistration
 from fakes.coordinator import FakeCoordinator, check_lost_workers, main
 from router.core.errors import InvalidToken

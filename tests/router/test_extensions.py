@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from appproxy import router_status
-from appproxy.config import validate_section
-from appproxy.router_config import validate_router_section
-from appproxy.selectors import compile_ingress
-from appproxy.status import readiness, worker_status
+from appproxy.legacy.config import validate_section
+from appproxy.legacy.selectors import compile_ingress
+from appproxy.legacy.status import readiness, worker_status
+from appproxy.router_mode import status as router_status
+from appproxy.router_mode.config import validate_router_section
 from keys.gate import KeyGate, gate_for
 from router import extensions
 from router import runtime as runtime_module

@@ -23,10 +23,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from appproxy import router_services, router_status
-from appproxy.router_plan import MirrorSummary
-from appproxy.router_wire import Publication as WirePublication
-from appproxy.services import apply_locked, reconcile_lock
+from appproxy.reconcile import apply_locked, reconcile_lock
+from appproxy.router_mode import services as router_services
+from appproxy.router_mode import status as router_status
+from appproxy.router_mode.plan import MirrorSummary
+from appproxy.router_mode.wire import Publication as WirePublication
 from appproxy.wire import Circuit as WireCircuit
 from keys import coordinator, services
 from keys.keyring import hash_key

@@ -164,9 +164,9 @@ def _router_state() -> dict[str, Any] | None:
     """{"authority", "revision" (this node session's WorkerState)} or None
     when ROUTER mode is off. Runs in ``_pool`` (its own DB connection)."""
     # Imported here: models exist only once Django's apps are loaded.
-    from . import node
-    from .models import WorkerState
-    from .router_config import load_router_settings
+    from .. import node
+    from ..models import WorkerState
+    from .config import load_router_settings
 
     close_old_connections()
     try:

@@ -1,4 +1,5 @@
-"""Writes to the AppProxy mirror: the one apply path for pulls and events.
+"""Writes to the AppProxy mirror: the one apply path for pulls and events of
+every mode (each mode's plan comes in as a ``Desire``).
 
 Invariants (seed §5.3, SPEC LEG-2/3/4, CORE-2/8):
 - Every write happens under ONE Redis lock per authority (``reconcile_lock``)
@@ -13,8 +14,9 @@ Invariants (seed §5.3, SPEC LEG-2/3/4, CORE-2/8):
 - A pull is a full set (circuits it does not list are removed, except items
   the coordinator sent but we could not parse); it is fetched inside the
   lock, so an event applied before it is never undone by older data.
-- Model discovery runs before the transaction (and before the lock for
-  events); a circuit whose model is unknown stays mirrored with no backends.
+- A mode that plans by discovered models discovers them before the
+  transaction (and before the lock for events); a circuit whose model is
+  unknown stays mirrored with no backends.
 """
 
 from __future__ import annotations
@@ -37,21 +39,23 @@ from router.models import Backend, Source
 from router.redis import sync_client
 from router.revision import BACKEND, bump_revision, lock_revision, touch
 
-from . import discovery
+from .backends import NAME_PREFIX, SOURCE, Plan, backend_name, plan
 from .models import CIRCUIT, WORKER, Circuit, Route, WorkerState
-from .plan import NAME_PREFIX, SOURCE, Plan, backend_name, desired_backends, plan
 from .wire import Circuit as WireCircuit
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ApplyResult",
+    "Desire",
+    "actual_backends",
     "apply_locked",
     "clear_mirror",
     "known_models",
-    "pull_and_apply",
+    "mirrored_circuits",
     "reconcile_apply",
     "reconcile_lock",
+    "stored_circuit",
 ]
 
 LOCK_TTL = 60.0  # a crashed holder releases the lock after this
@@ -82,6 +86,26 @@ class ApplyResult:
         return self.revision is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Desire:
+    """A mode's plan as the apply path calls it: ``backends(circuits, models)``
+    gives the ``appproxy-*`` backends the circuits call for, ``models`` being
+    model_key → model (what discovery found, for a mode that plans by it).
+
+    ``by_model``: the mode plans by discovered models, so the plan of a few
+    circuits (an event) starts from every model the mirror knows.
+    ``forget``: given the model keys of the circuits an apply removed (the
+    mode's own cache of them)."""
+
+    backends: Callable[[Iterable[WireCircuit], Mapping[str, str]], dict[str, BackendSpec]]
+    by_model: bool = False
+    forget: Callable[[Iterable[str]], None] | None = None
+
+
+# What clear_mirror plans: nothing (it removes every circuit).
+_NOTHING = Desire(lambda _circuits, _models: {})
+
+
 def known_models() -> dict[str, str]:
     """model_key → model from the mirror (the durable discovery cache)."""
     out: dict[str, str] = {}
@@ -92,7 +116,7 @@ def known_models() -> dict[str, str]:
     return out
 
 
-SCOPE_IN_SQL = 64  # circuits whose backends _actual() selects in SQL; beyond, it filters the rows itself
+SCOPE_IN_SQL = 64  # circuits whose backends actual_backends() selects in SQL; beyond, it filters the rows itself
 
 
 def _prefixed(prefix: str) -> Q:
@@ -108,7 +132,7 @@ def _prefixed(prefix: str) -> Q:
     return Q(name__startswith=prefix)
 
 
-def _actual(circuit_ids: Collection[str] | None = None, names: Collection[str] = ()) -> dict[str, BackendSpec]:
+def actual_backends(circuit_ids: Collection[str] | None = None, names: Collection[str] = ()) -> dict[str, BackendSpec]:
     """Every Backend row, as the plan compares them (ours fully, others by name);
     with `circuit_ids`, only the backends of those circuits and `names`."""
     out: dict[str, BackendSpec] = {}
@@ -148,7 +172,10 @@ def _actual(circuit_ids: Collection[str] | None = None, names: Collection[str] =
 _parsed: dict[str, WireCircuit] = {}
 
 
-def _mirrored(rows: Mapping[str, Any]) -> dict[str, WireCircuit]:
+def mirrored_circuits(rows: Mapping[str, Any]) -> dict[str, WireCircuit]:
+    """The given Circuit rows (circuit id → row) as wire objects, the ones that
+    still parse; a row unchanged since this process last parsed it is not
+    parsed again."""
     out: dict[str, WireCircuit] = {}
     for cid, row in rows.items():
         cached = _parsed.get(cid)
@@ -283,12 +310,14 @@ def apply_locked(  # the caller holds reconcile_lock
     keep: Collection[str] = (),
     pull_started: datetime | None = None,
     node_id: str = "",
-    desire: Callable[[Iterable[WireCircuit], Mapping[str, str]], dict[str, BackendSpec]] | None = None,
+    desire: Desire,
     extra_changed: bool = False,
     replan: Collection[str] | None = None,
     plan_all: bool = True,
 ) -> ApplyResult:
-    """`extra_changed`: an input of the plan other than circuits changed (the
+    """`desire`: the mode's plan of the circuits (Desire).
+
+    `extra_changed`: an input of the plan other than circuits changed (the
     publications); every circuit is planned again, or only the mirrored
     circuits `replan` names when the caller knows which it affects. `replan`
     alone (a pull's comparison found those circuits' backends not as planned)
@@ -338,7 +367,7 @@ def apply_locked(  # the caller holds reconcile_lock
             if whole:
                 # The whole mirror after this apply, and each circuit's model.
                 kept = {cid: row for cid, row in rows.items() if cid not in gone and cid not in incoming}
-                mirror = _mirrored(kept)
+                mirror = mirrored_circuits(kept)
                 models_now = {cid: kept[cid].model for cid in mirror}
                 mirror.update(incoming)
                 models_now.update(model_of)  # an incoming circuit's model wins a model_key it shares
@@ -355,17 +384,18 @@ def apply_locked(  # the caller holds reconcile_lock
                 # (a circuit named in `replan` without a row: its backends are
                 # compared too, so any left over are removed)
                 scope = {*upserted, *gone, *(str(c.id) for c in again), *replanning}
-                by_key = known_models() if desire is None else {}  # ROUTER's desire reads no models
+                by_key = known_models() if desire.by_model else {}  # a plan that reads no models gets none
                 by_key.update((incoming[cid].model_key, m) for cid, m in model_of.items() if m)
                 as_sent = [incoming[cid] for cid in sorted(replanning & incoming.keys() - set(upserted))]
                 planned = [*(incoming[cid] for cid in upserted), *as_sent, *again]
-            desired = (desire or desired_backends)(planned, by_key)
+            desired = desire.backends(planned, by_key)
             _write_circuits(rows, upserted, incoming, model_of, desired, now)
             touch(CIRCUIT, *upserted, *gone)
             if gone:
                 Circuit.objects.filter(circuit_id__in=list(gone)).delete()
-                discovery.forget(rows[cid].model_key for cid in gone)
-            p = plan(desired, _actual(scope, desired.keys()))
+                if desire.forget is not None:
+                    desire.forget(rows[cid].model_key for cid in gone)
+            p = plan(desired, actual_backends(scope, desired.keys()))
             _write_plan(p, now)
 
         flipped = False
@@ -408,51 +438,23 @@ def reconcile_apply(
     *,
     source: str,
     authority: str,
+    desire: Desire,
+    models: Mapping[str, str] | None = None,
     full: bool = False,
     remove: Collection[str] = (),
-    discovery_timeout: float = 2.0,
     lock_timeout: float = 30.0,
-    desire: Callable[[Iterable[WireCircuit], Mapping[str, str]], dict[str, BackendSpec]] | None = None,
 ) -> ApplyResult:
     """Apply circuits (and removals) to the mirror under the reconcile lock.
 
     ``full=True`` makes ``circuits`` the complete set (a pull); otherwise they
     are upserted one by one (created / route_updated) and ``remove`` names
-    circuit ids to drop (removed).
-
-    ``desire`` replaces the legacy plan (ROUTER mode: circuits × publications,
-    no model discovery).
+    circuit ids to drop (removed). ``models``: model_key → model, for a
+    ``desire`` that plans by them (found before the lock).
     """
     circuits = list(circuits)
-    models = (
-        {} if desire is not None else discovery.discover_models(circuits, known_models(), timeout=discovery_timeout)
-    )
     with reconcile_lock(authority, blocking_timeout=lock_timeout):
         return apply_locked(
-            circuits, models, source=source, authority=authority, full=full, remove=remove, desire=desire
-        )
-
-
-def pull_and_apply(settings, *, client, worker_id: str, node_id: str = "", lock_timeout: float = 30.0) -> ApplyResult:
-    """``GET /api/worker/{id}/circuits`` and apply it as the full set (LEG-2).
-
-    Marks the first pull as applied, which makes the node ready (/readyz).
-    """
-    started = timezone.now()
-    with reconcile_lock(settings.authority, blocking_timeout=lock_timeout):
-        circuits, failed, errors = client.circuits(worker_id)
-        for error in errors:
-            log.warning("appproxy: pulled circuit skipped: %s", error)
-        models = discovery.discover_models(circuits, known_models(), timeout=settings.discovery_timeout)
-        return apply_locked(
-            circuits,
-            models,
-            source="pull",
-            authority=settings.authority,
-            full=True,
-            keep=failed,
-            pull_started=started,
-            node_id=node_id,
+            circuits, models or {}, source=source, authority=authority, full=full, remove=remove, desire=desire
         )
 
 
@@ -462,4 +464,4 @@ def clear_mirror() -> ApplyResult | None:
     if not Circuit.objects.exists() and not Backend.objects.filter(source=Source.APPPROXY).exists():
         return None
     with reconcile_lock("(disabled)"):
-        return apply_locked([], {}, source="disabled", authority=None, full=True)
+        return apply_locked([], {}, source="disabled", authority=None, full=True, desire=_NOTHING)

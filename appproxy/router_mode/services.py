@@ -1,13 +1,13 @@
 """Writes of the ROUTER-mode mirror: pulls and router events (seed §9.4-9.9).
 
-One apply path, shared with the legacy worker (services.apply_locked):
+One apply path, shared with the legacy worker (reconcile.apply_locked):
 circuits, publications, coordinator keys and the ``appproxy-*`` backends they
 imply are written in ONE transaction under the per-authority reconcile lock
-(``services.reconcile_lock``), and the routing revision is bumped once when
+(``reconcile.reconcile_lock``), and the routing revision is bumped once when
 anything changed; web processes recompile on the change notice.
 
 Invariants:
-- The desired backends are ``router_plan.desired(circuits, publications)``;
+- The desired backends are ``plan.desired(circuits, publications)``;
   in ROUTER mode no replica is asked for its model (names come from the
   publications).
 - A pull fetches ``router-config`` inside the lock and the circuits just
@@ -51,22 +51,31 @@ from router.revision import (
     touch,
 )
 
-from . import pulled, pulls, router_metrics
-from .client import NOT_MODIFIED, CoordinatorError, parse_circuit_items
-from .models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
-from .plan import Plan
-from .plan import plan as plan_backends
-from .router_plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
-from .router_wire import KeyRecordWire, RouterSnapshot, parse_snapshot
-from .router_wire import Publication as WirePublication
-from .services import ApplyResult, apply_locked, reconcile_lock, stored_circuit
-from .services import _actual as _actual_backends
-from .services import _mirrored as _mirrored_circuits
-from .wire import Circuit as WireCircuit
+from .. import pulls, reconcile
+from ..backends import Plan
+from ..backends import plan as plan_backends
+from ..client import NOT_MODIFIED, CoordinatorError, client_for, parse_circuit_items
+from ..models import CIRCUIT, PUBLICATION, WORKER, Circuit, Publication, WorkerState
+from ..reconcile import (
+    ApplyResult,
+    Desire,
+    actual_backends,
+    apply_locked,
+    mirrored_circuits,
+    reconcile_lock,
+    stored_circuit,
+)
+from ..wire import Circuit as WireCircuit
+from . import metrics, pulled
+from .plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
+from .wire import KeyRecordWire, RouterSnapshot, parse_snapshot
+from .wire import Publication as WirePublication
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "apply_circuits",
+    "apply_event",
     "apply_publication",
     "clear_router_mirror",
     "current_plan",
@@ -194,13 +203,22 @@ def _read_publications(authority: str, names: Collection[str] | None = None) -> 
     return {row.model: _publication_of(row) for row in rows.order_by("model")}
 
 
-def router_circuit_desire(authority: str):
-    """The ``desire`` function services.apply_locked uses in ROUTER mode."""
+def router_circuit_desire(authority: str) -> Desire:
+    """The ``desire`` reconcile.apply_locked plans with in ROUTER mode:
+    circuits × the authority's publications, no model read."""
 
     def desire(circuits: Iterable[WireCircuit], _models: Mapping[str, str]) -> dict[str, BackendSpec]:
         return desired_backends(circuits, _current(authority).index)
 
-    return desire
+    return Desire(desire)
+
+
+def apply_circuits(settings, circuits: Iterable[WireCircuit], *, source: str, remove: Collection[str] = ()) -> ApplyResult:
+    """A circuit event's apply (created / route_updated / removed): circuits
+    join the publications; no replica is asked its model."""
+    return reconcile.reconcile_apply(
+        circuits, source=source, authority=settings.authority, remove=remove, desire=router_circuit_desire(settings.authority)
+    )
 
 
 def _coordinator_key(key: KeyRecordWire) -> CoordinatorKey:
@@ -353,14 +371,14 @@ def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> N
     rows = WorkerState.objects.filter(authority=authority, node_id=node_id)
     if snap is None:
         rows.update(last_pull_result="304", pulls_unchanged=F("pulls_unchanged") + 1)
-        transaction.on_commit(lambda: router_metrics.record_pull("304"))
+        transaction.on_commit(lambda: metrics.record_pull("304"))
     else:
         revision = snap.revision or ""
         rows.update(revision=revision, last_pull_result="200", pulls_full=F("pulls_full") + 1)
         touch(WORKER, node_id)
         def after_commit() -> None:
-            router_metrics.record_pull("200")
-            router_metrics.record_revision(revision)
+            metrics.record_pull("200")
+            metrics.record_revision(revision)
 
         transaction.on_commit(after_commit)
 
@@ -368,8 +386,8 @@ def _record_pull(authority: str, node_id: str, snap: RouterSnapshot | None) -> N
 def _forget_revision(authority: str, node_id: str) -> None:
     """Omit known_revision next time: the state may not match it."""
     WorkerState.objects.filter(authority=authority, node_id=node_id).update(revision="", last_pull_result="error")
-    router_metrics.record_pull("error")
-    router_metrics.record_revision("")
+    metrics.record_pull("error")
+    metrics.record_revision("")
 
 
 # (authority, node_id) → (digest of the circuits, routing revision) of the
@@ -379,13 +397,13 @@ _pulled: dict[tuple[str, str], tuple[str, int]] = {}
 
 # (authority, node_id) → when this process last compared the whole mirror
 # (monotonic seconds). A pull in between compares only what can have changed
-# (appproxy/pulled.py); the whole comparison, which also heals any drift, runs
+# (appproxy/router_mode/pulled.py); the whole comparison, which also heals any drift, runs
 # on a process's first pull and every PLAN_ALL_EVERY seconds, outside the
 # reconcile lock (_baseline): under it, it held every event ~1.6–2 s at 5,000
 # circuits.
 _planned_all: dict[tuple[str, str], float] = {}
 PLAN_ALL_EVERY = 600.0
-# (authority, node_id) → the circuits that pull applied, item by item (appproxy/pulled.py).
+# (authority, node_id) → the circuits that pull applied, item by item (appproxy/router_mode/pulled.py).
 _applied: dict[tuple[str, str], pulled.Applied] = {}
 
 
@@ -408,9 +426,9 @@ def _baseline(authority: str) -> tuple[pulled.Applied, set[str]] | None:
     revision = current_revision()
     with transaction.atomic():  # one snapshot of rows and backends where the DB gives one
         rows = {row.circuit_id: row for row in Circuit.objects.only("circuit_id", "raw")}
-        actual = _actual_backends()
-    mirror = _mirrored_circuits(rows)
-    diff = plan_backends(router_circuit_desire(authority)(list(mirror.values()), {}), actual)
+        actual = actual_backends()
+    mirror = mirrored_circuits(rows)
+    diff = plan_backends(router_circuit_desire(authority).backends(list(mirror.values()), {}), actual)
     drifted = set()
     for name in (*(spec.name for spec in (*diff.add, *diff.update)), *diff.remove):
         cid = pulled.circuit_of(name)
@@ -470,7 +488,7 @@ def router_pull_and_apply(
             # schedules the next pull goes to Redis (appproxy.pulls), or to the
             # row when Redis is down. A requested pull clears its request.
             if pulls.note_unchanged(authority, node_id, (time.thread_time() - cpu0) * 1000):
-                router_metrics.record_pull("304")
+                metrics.record_pull("304")
             else:
                 with transaction.atomic():
                     _record_pull(authority, node_id, None)
@@ -620,7 +638,7 @@ def current_plan(authority: str) -> RouterPlan:
     """The plan of the whole mirror as it is now: what the writers, which
     plan only the circuits a change touches, must agree with
     (tests/router/test_incremental.py). No serving path calls it: /status
-    and the dashboard read the snapshot and ``router_status.mirror_summary``
+    and the dashboard read the snapshot and ``status.mirror_summary``
     (planning 5,000 circuits was ~0.4 s of a web process per read).
 
     The circuits are read and parsed one at a time: `desired` only folds them
@@ -631,7 +649,7 @@ def current_plan(authority: str) -> RouterPlan:
 
 def clear_router_mirror() -> bool:
     """ROUTER mode was turned off: publications and coordinator keys go (the
-    caller clears circuits and backends with services.clear_mirror)."""
+    caller clears circuits and backends with reconcile.clear_mirror)."""
     with transaction.atomic():
         touch(PUBLICATION, *Publication.objects.values_list("model", flat=True))
         deleted, _ = Publication.objects.all().delete()
@@ -639,3 +657,19 @@ def clear_router_mirror() -> bool:
         if deleted or keys:
             bump_revision("appproxy_router disabled")
     return bool(deleted) or keys
+
+
+def apply_event(ev: Any, s: Any, node_id: str) -> None:
+    """One decoded ROUTER event (events.decode_router), in the events process."""
+    if ev.name.endswith("model_updated_event"):
+        apply_publication(s.authority, ev.publication)
+    elif ev.name.endswith("model_removed_event"):
+        remove_publication(s.authority, ev.ident)
+    elif ev.name.endswith("key_removed_event"):
+        remove_key(s.authority, ev.ident)
+    else:  # key_updated: the hash comes from an authenticated re-pull
+        row = WorkerState.objects.filter(authority=s.authority, node_id=node_id).first() if node_id else None
+        if row is None or not row.worker_id:
+            raise RuntimeError("not registered yet")
+        with client_for(s) as client:
+            refresh_keys(s.authority, client=client, worker_id=row.worker_id, node_id=node_id)

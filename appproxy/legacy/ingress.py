@@ -1,6 +1,6 @@
 """Legacy Host ingress (seed §5.4, reference §5, LEG-5/6/7): Host → circuit.
 
-``Ingress`` is built once per routing snapshot (appproxy/selectors.py) and
+``Ingress`` is built once per routing snapshot (appproxy/legacy/selectors.py) and
 read by every /v1 request before the API-key gate (router/admission.py):
 
 1. Host (port stripped, lower-cased, trailing dot dropped). The apex
@@ -34,8 +34,9 @@ from router.core.errors import ClientIpNotAllowed, EndpointNotFound, NoBackendAv
 from router.core.ipnets import ip_allowed
 from router.core.secret import Secret
 
+from ..backends import NAME_PREFIX, circuit_scope
 from .jwtauth import verify_circuit_token
-from .plan import NAME_PREFIX, IngressEntry, circuit_scope
+from .plan import IngressEntry
 
 __all__ = ["Ingress", "normalize_host"]
 

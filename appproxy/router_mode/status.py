@@ -25,13 +25,13 @@ from django.db import close_old_connections
 from keys.coordinator import coordinator_key_count
 from router.core.snapshot import Snapshot
 
-from . import node
-from .models import Circuit, EventRecord, Publication, Route, WorkerState
-from .plan import SOURCE
-from .router_config import RouterSettings, parse_router_section
-from .router_plan import MirrorSummary, summarize
-from .status import LiveFacts
-from .subscriber import subscriber_alive
+from .. import node
+from ..backends import SOURCE
+from ..facts import LiveFacts
+from ..models import Circuit, EventRecord, Publication, Route, WorkerState
+from ..subscribed import subscriber_alive
+from .config import RouterSettings, parse_router_section
+from .plan import MirrorSummary, summarize
 
 __all__ = [
     "compile_listed",
@@ -131,7 +131,7 @@ def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
     """The mirror as /status tells it. The backends (and their weights) and
     the published names are those of the snapshot this process routes with;
     what is pending or drained is counted from the mirror's columns
-    (router_plan.summarize): no circuit is parsed, no backend built."""
+    (plan.summarize): no circuit is parsed, no backend built."""
     close_old_connections()
     try:
         row = WorkerState.objects.filter(authority=authority, node_id=node_id).first() if node_id else None

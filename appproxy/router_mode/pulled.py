@@ -33,8 +33,8 @@ import orjson
 
 from router.revision import BACKEND, changes_since
 
-from .models import CIRCUIT, PUBLICATION
-from .plan import NAME_PREFIX
+from ..backends import NAME_PREFIX
+from ..models import CIRCUIT, PUBLICATION
 
 
 def item_id(item: Any) -> str | None:
@@ -52,7 +52,7 @@ def item_id(item: Any) -> str | None:
 
 def circuit_of(backend: str) -> str | None:
     """The circuit id in a mirrored backend's name (`appproxy-<uuid>-r<route>`,
-    plan.backend_name); None for any other backend, whose changes feed no
+    backends.backend_name); None for any other backend, whose changes feed no
     circuit's plan."""
     if backend.startswith(NAME_PREFIX) and backend[len(NAME_PREFIX) + 36 : len(NAME_PREFIX) + 38] == "-r":
         return backend[len(NAME_PREFIX) : len(NAME_PREFIX) + 36].lower()
@@ -62,7 +62,7 @@ def circuit_of(backend: str) -> str | None:
 def digest(item: Any) -> bytes:
     """Of the item's content, not its spelling: keys sorted, so a mirrored
     row's raw (PostgreSQL's jsonb keeps no key order) digests as the answer
-    item it was written from (router_services._baseline compares the two)."""
+    item it was written from (services._baseline compares the two)."""
     return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 

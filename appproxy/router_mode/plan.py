@@ -35,9 +35,9 @@ from typing import Any
 
 from router.core.backend import BackendSpec
 
-from .plan import MAX_WEIGHT, MIN_WEIGHT, NAME_PREFIX, SOURCE, route_url
-from .router_wire import Publication
-from .wire import Circuit
+from ..backends import MAX_WEIGHT, MIN_WEIGHT, NAME_PREFIX, SOURCE, route_url
+from ..wire import Circuit
+from .wire import Publication
 
 __all__ = [
     "EndpointIndex",

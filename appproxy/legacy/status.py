@@ -1,61 +1,30 @@
 """/readyz and /status facts for the web process (LEG-8, OPS-3).
 
-Registered with router.extensions (appproxy/apps.py); the router passes the
+Registered with router.extensions (appproxy/legacy/mode.py); the router passes the
 snapshot a request reads. The web process never talks to the coordinator.
 Readiness comes from that snapshot (its ingress carries WorkerState as of the
 compile; registration and the first pull bump the revision), so /readyz costs
 no query. /status adds the live WorkerState (heartbeat and pull times), read in
-a short-lived thread and cached for ``STATUS_TTL`` seconds. Nothing here
+a short-lived thread and cached for ``facts.STATUS_TTL`` seconds. Nothing here
 ever includes a secret.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import close_old_connections
 
 from router.core.snapshot import Snapshot
 
-from . import node
+from .. import node
+from ..facts import LiveFacts
+from ..models import EventRecord, WorkerState
+from ..subscribed import subscriber_alive
 from .config import load_settings
 from .ingress import Ingress
-from .models import EventRecord, WorkerState
-from .subscriber import subscriber_alive
 
 __all__ = ["readiness", "worker_status"]
-
-STATUS_TTL = 1.0
-
-
-class LiveFacts:
-    """Facts a /status section reads from the DB: off the event loop, in one
-    short-lived thread, cached ``STATUS_TTL`` seconds per key; a read that
-    fails or takes over 2 s becomes ``{"live_error": …}`` (the page answers)."""
-
-    def __init__(self, thread_name: str) -> None:
-        self.lock = threading.Lock()
-        self.cache: dict[str, Any] = {"at": 0.0, "key": None, "value": None}
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix=thread_name)
-
-    def get(self, key: Any, read: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
-        now = time.monotonic()
-        with self.lock:
-            fresh = self.cache["key"] == key and now - self.cache["at"] < STATUS_TTL
-            live = self.cache["value"] if fresh else None
-        if live is None:
-            try:
-                live = self.pool.submit(read, *args).result(timeout=2.0)
-            except Exception as exc:  # the status page must answer anyway
-                live = {"live_error": type(exc).__name__}
-            with self.lock:
-                self.cache.update(at=now, key=key, value=live)
-        return live
-
 
 _facts = LiveFacts("appproxy-status")
 

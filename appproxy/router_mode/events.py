@@ -17,7 +17,7 @@ with kind ``model`` (id = primary name) or ``key`` (id = key_id).
 Invariants:
 - ``decode_router`` never half-parses: a body of the wrong shape raises
   ``EnvelopeError``; a key event never carries (and we never read) a secret.
-- Applying goes through router_services under the reconcile lock; a
+- Applying goes through services.apply_event under the reconcile lock; a
   ``key_updated`` whose re-pull fails is not acked (the coordinator reports
   "deferred" and the periodic pull heals it).
 """
@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from .envelope import WORKER_SOURCE, EnvelopeError, Event, Format, metadata_json, pack_args
-from .router_wire import Publication, parse_publication
+from ..envelope import WORKER_SOURCE, EnvelopeError, Event, Format, metadata_json, pack_args
+from .wire import Publication, parse_publication
 
 __all__ = [
     "ROUTER_ACK",

@@ -24,10 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import orjson
 
-from .plan import route_url, weight_from_ratio
-from .wire import Circuit
+from ..backends import route_url
+from ..wire import Circuit
+from .plan import weight_from_ratio
 
-__all__ = ["discover_models", "forget", "remember"]
+__all__ = ["discover_models", "forget", "forget_all", "remember"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,12 @@ def forget(keys: Iterable[str]) -> None:
     with _lock:
         for key in keys:
             _memory.pop(key, None)
+
+
+def forget_all() -> None:
+    """Empty this process's cache (the legacy worker is not the active mode)."""
+    with _lock:
+        _memory.clear()
 
 
 def _cached(key: str, now: float) -> str | None:

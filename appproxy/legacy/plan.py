@@ -1,4 +1,6 @@
-"""Pure reconcile: circuits → desired backends → a plan against the actual set.
+"""The legacy worker's plan, pure: circuits and their discovered models →
+the backends they call for (``backends.plan`` diffs them against the live
+set), and the Host ingress table.
 
 Invariants (seed §5.3, SPEC LEG-3, CORE-2):
 - One backend per usable route: name ``appproxy-<circuit_id>-r<route_key>``
@@ -10,9 +12,6 @@ Invariants (seed §5.3, SPEC LEG-3, CORE-2):
   NaN or infinite-negative drops the route (no backend), +inf saturates at 1000.
 - A circuit whose model is not known yet yields no backends (nothing could
   match a request for it); the next reconcile after discovery adds them.
-- ``plan`` only ever touches rows whose source is ``appproxy``: it never
-  updates or removes another namespace's backend, and a desired name that is
-  already owned by another namespace is reported as a conflict, not applied.
 - A circuit with access rules of its own (``open_to_public: false``, or an
   ``allowed_client_ips`` list) is *confined*: its replicas are reachable
   through its own Host only, where those rules are checked (``confinement``).
@@ -28,26 +27,16 @@ from dataclasses import dataclass
 from router.core.backend import BackendSpec
 from router.core.ipnets import Network, parse_comma_list
 
-from .wire import Circuit, RouteInfo
+from ..backends import MAX_WEIGHT, MIN_WEIGHT, SOURCE, backend_name, circuit_scope, route_url
+from ..wire import Circuit
 
 __all__ = [
-    "SOURCE",
     "IngressEntry",
-    "Plan",
-    "backend_name",
-    "circuit_scope",
     "confinement",
     "desired_backends",
     "ingress_table",
-    "plan",
-    "route_url",
     "weight_from_ratio",
 ]
-
-SOURCE = "appproxy"
-NAME_PREFIX = "appproxy-"
-MIN_WEIGHT = 1
-MAX_WEIGHT = 1000
 
 
 def weight_from_ratio(ratio: float) -> int | None:
@@ -62,23 +51,6 @@ def weight_from_ratio(ratio: float) -> int | None:
     if not math.isfinite(scaled) or scaled >= MAX_WEIGHT:
         return MAX_WEIGHT
     return max(MIN_WEIGHT, min(MAX_WEIGHT, round(scaled)))
-
-
-def backend_name(circuit: Circuit, route: RouteInfo) -> str:
-    return f"{circuit_scope(str(circuit.id))}{route.key}"
-
-
-def circuit_scope(circuit_id: str) -> str:
-    """The name prefix of every backend of one circuit (its replicas)."""
-    return f"{NAME_PREFIX}{circuit_id}-r"
-
-
-def route_url(route: RouteInfo) -> str:
-    host = route.host
-    # An IPv6 literal needs brackets in a URL authority.
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{route.kernel_port}"
 
 
 def _model_for(circuit: Circuit, models: Mapping[str, str], default_model: str | None) -> str | None:
@@ -119,43 +91,6 @@ def desired_backends(
                 source=SOURCE,
             )
     return dict(sorted(out.items()))
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    add: tuple[BackendSpec, ...] = ()
-    update: tuple[BackendSpec, ...] = ()  # the new specs
-    remove: tuple[str, ...] = ()  # names
-    conflicts: tuple[str, ...] = ()  # desired names owned by another source
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.add or self.update or self.remove)
-
-    def __bool__(self) -> bool:
-        return not self.is_empty
-
-
-def plan(desired: Mapping[str, BackendSpec], actual: Mapping[str, BackendSpec]) -> Plan:
-    """Diff the desired appproxy backends against the live set (any sources)."""
-    for name, spec in desired.items():
-        if spec.source != SOURCE or spec.name != name:
-            raise ValueError(f"desired backend {name!r} is not an appproxy row")
-    ours = {n: s for n, s in actual.items() if s.source == SOURCE}
-    foreign = {n for n, s in actual.items() if s.source != SOURCE}
-    add: list[BackendSpec] = []
-    update: list[BackendSpec] = []
-    conflicts: list[str] = []
-    for name in sorted(desired):
-        spec = desired[name]
-        if name in foreign:
-            conflicts.append(name)
-        elif name not in ours:
-            add.append(spec)
-        elif ours[name] != spec:
-            update.append(spec)
-    remove = tuple(sorted(n for n in ours if n not in desired))
-    return Plan(tuple(add), tuple(update), remove, tuple(conflicts))
 
 
 @dataclass(frozen=True, slots=True)

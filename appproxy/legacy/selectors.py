@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import node
+from .. import node
+from ..models import Circuit, WorkerState
+from ..reconcile import stored_circuit
+from ..wire import Circuit as WireCircuit
 from .config import parse_section
 from .ingress import Ingress
-from .models import Circuit, WorkerState
 from .plan import confinement, ingress_table
-from .services import stored_circuit
-from .wire import Circuit as WireCircuit
 
 __all__ = ["compile_ingress", "mirror_circuits"]
 

@@ -15,7 +15,7 @@ Invariants:
 - Enabling both this and ``appproxy`` is refused by the router's document
   validator (router.config_schema).
 - ``load_router_settings()`` reads the applied document (never the file),
-  re-parsed only when its digest changes, like ``config.load_settings``.
+  re-parsed only when its digest changes (``config.load_cached``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .config import WorkerSettings, _strip_userinfo, as_section_validator, load_cached, parse_model
+from ..config import WorkerSettings, as_section_validator, load_cached, parse_model, strip_userinfo
 
 __all__ = [
     "RouterSettings",
@@ -50,10 +50,6 @@ class RouterSettings(WorkerSettings):
     def mode(self) -> str:
         return MODE
 
-    @property
-    def discovery_timeout(self) -> float:  # unused: ROUTER names come from publications
-        return 2.0
-
     def registration_port(self) -> int:
         """``api_port``, else ``ROUTER_PORT``, else 80."""
         if self.api_port:
@@ -71,7 +67,7 @@ class RouterSettings(WorkerSettings):
         return {
             "enabled": self.enabled,
             "mode": MODE,
-            "coordinator_url": _strip_userinfo(self.coordinator_url),
+            "coordinator_url": strip_userinfo(self.coordinator_url),
             "authority": self.authority,
             "hostname": self.hostname,
             "api_port": self.registration_port(),

@@ -15,7 +15,7 @@ Invariants:
 - One bad entry never hides the rest: ``parse_snapshot`` validates every
   publication and key on its own and reports the ones it skipped.
 - Ratios stay as received (NaN, inf, negative included) — sanitising is the
-  plan's job (router_plan.sanitize); a non-numeric ratio rejects its entry.
+  plan's job (plan.sanitize); a non-numeric ratio rejects its entry.
 - A key record carries ``token_hash`` (64 hex digits, lower-cased here);
   its repr never shows it. No plaintext token is ever accepted.
 - Output is snake_case. No Django, no I/O.
