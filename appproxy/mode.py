@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from router.doctor import Context, Result
+from node.doctor import Context, Result
 
 from .client import CoordinatorClient
 from .envelope import Event

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from router.doctor import Context, Result, fail, ok
+from node.doctor import Context, Result, fail, ok
 
 from .config import AppProxySettings
 

@@ -1,7 +1,7 @@
 """Prometheus metrics of the ROUTER worker, across the node's processes.
 
 The pulls happen in the tasks process and the events in the events process,
-but ``/metrics`` is served by the web process (router.ops, prometheus_client's
+but ``/metrics`` is served by the web process (node.ops, prometheus_client's
 default REGISTRY). So the writers put their counts into ONE Redis hash in the
 node's namespace, and a custom collector in the web process reads that hash
 (one HGETALL) at scrape time.

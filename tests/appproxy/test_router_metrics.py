@@ -1,4 +1,4 @@
-"""ROUTER worker metrics (appproxy.router_metrics): the writers count into
+"""ROUTER worker metrics (appproxy.router_mode.metrics): the writers count into
 the node's Redis hash, the web process's collector turns it into series on
 /metrics — only while appproxy_router is enabled. Real Redis (an isolated
 prefix), real DB rows, the real /metrics view."""
