@@ -74,6 +74,13 @@ def touch(topic: str, *names: str) -> None:
     changes.setdefault(topic, set()).update(str(n) for n in names)
 
 
+def forget_pending() -> None:
+    """Drop the names this thread touched since its last bump: for a writer
+    that gave its transaction up (its rows were not written), so that the
+    next bump of this thread does not log them."""
+    _pending.changes = {}
+
+
 def pending_names(topic: str) -> set[str] | None:
     """The names of `topic` this thread's transaction wrote so far (empty:
     none; None: it wrote something it did not name)."""

@@ -30,6 +30,18 @@ def _fake_factory(module, default_models):
     return make, started
 
 
+@pytest.fixture(autouse=True)
+def _no_touched_names_left():
+    """A test that writes mirror rows without bumping the revision (a write
+    function called alone, as the tasks process calls it inside a bump) must
+    not leave its touched names to the next test of this process: they would
+    be logged with that test's bump (router.revision)."""
+    yield
+    from router.revision import forget_pending
+
+    forget_pending()
+
+
 @pytest.fixture
 def openai_backends():
     """Factory: start N fake OpenAI-compatible backends; stopped after the test."""
