@@ -201,11 +201,28 @@ def _enabled(section: dict[str, Any] | None) -> bool:
     return value is True or value == 1
 
 
+class PrefixHashConfig(_Strict):
+    load_factor: float = Field(
+        default=1.25, ge=1.0, le=100.0,
+        description="a backend keeps its prefixes while its in-flight load stays within this × its share",
+    )
+    session_header: str = Field(default="x-session-id", max_length=100,
+                                description="a request with this header is hashed by its value ('' for none)")
+
+    @field_validator("session_header")
+    @classmethod
+    def _header_name(cls, v: str) -> str:
+        if v and not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", v):
+            raise ValueError("must be an HTTP header name (letters, digits, '-'…) or ''")
+        return v.lower()
+
+
 class RouterFile(_Strict):
     backends: list[BackendConfig] = Field(default_factory=list)
     selection_strategy: Literal["weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash"] = (
         "weighted_round_robin"
     )
+    prefix_hash: PrefixHashConfig = Field(default_factory=PrefixHashConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     fallback: FallbackConfig = Field(default_factory=FallbackConfig)

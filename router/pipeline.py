@@ -183,12 +183,23 @@ def refused(exc: RouterError, obs: dict[str, Any], started: float, trace: tracin
         trace.end(obs)
 
 
+def _affinity_key(env: Envelope, session_header: str) -> bytes | None:
+    """What prefix_hash hashes: the session header's value when the request
+    has one (a session pinned by the client, whatever its prompts), else the
+    start of the prompt (core.selection.prefix_key)."""
+    if session_header:
+        session = env.headers.get(session_header)
+        if session:
+            return b"\x01session\x00" + session[:256].encode("utf-8", "surrogateescape")
+    return prefix_key(env.body)
+
+
 async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], started: float) -> Routed:
     """Select, dispatch, retry and fall back; the first usable answer wins."""
     rt = get_runtime()
     snap = caller.snap
     chain = (model, *snap.fallback_chains.get(model, ()))
-    pkey = prefix_key(env.body) if snap.strategy == "prefix_hash" else None
+    pkey = _affinity_key(env, snap.session_header) if snap.strategy == "prefix_hash" else None
     retry = snap.retry
     attempts = 0
     hops: list[str] = []

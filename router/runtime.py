@@ -200,8 +200,8 @@ class Runtime:
     def install(self, snap: Snapshot, *, ready: bool = True) -> None:
         """Swap in a compiled snapshot (and what is derived from it); `ready`:
         it holds the configured state (false before the initial load)."""
-        if self.selector.strategy != snap.strategy:
-            self.selector = Selector(snap.strategy)
+        if self.selector.strategy != snap.strategy or self.selector.load_factor != snap.load_factor:
+            self.selector = Selector(snap.strategy, load_factor=snap.load_factor)
         if snap.backends is not self.snapshot.backends:  # (a key change shares them)
             self.states.retain(snap.backends)
         if snap.health is not None and snap.health != self.snapshot.health:

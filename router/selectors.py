@@ -117,6 +117,8 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         document=cfg,
         fallback_chains={k: tuple(v) for k, v in cfg.fallback.fallback_chains.items()},
         strategy=cfg.selection_strategy,
+        load_factor=cfg.prefix_hash.load_factor,
+        session_header=cfg.prefix_hash.session_header,
         retry=RetryPolicy(
             max_attempts=cfg.retry.max_attempts,
             backoff_s=cfg.retry.backoff,

@@ -13,9 +13,14 @@ Strategies:
   the one fastest backend, whose EWMA only moves when requests finish).
   Unmeasured backends go first, so they get measured.
 - `least_in_flight`: lowest `in_flight / weight`.
-- `prefix_hash`: weighted rendezvous (HRW) hashing of a prompt-prefix key with
-  blake2b keyed by backend NAME: every node maps a prefix to the same backend
-  with no coordination, and adding a backend moves only its fair share of keys.
+- `prefix_hash`: consistent hashing with bounded loads. Weighted rendezvous
+  (HRW) hashing of a prompt-prefix key, blake2b keyed by backend NAME, orders
+  the candidates the same way on every node with no coordination (adding a
+  backend moves only its fair share of keys); the key goes to the first in
+  that order whose in-flight count, with this request, stays within
+  ceil(load_factor × (in-flight of the tier + 1) × its weight share). So a
+  prefix sticks to one backend (and its prompt cache) until that backend
+  carries more than `load_factor` × its share, then walks on to the next.
   Without a key it falls back to smooth WRR.
 Exact ties are broken by weighted random with the injected `random.Random`.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +47,7 @@ STRATEGIES: frozenset[str] = frozenset(
 )
 DEFAULT_STRATEGY = WEIGHTED_ROUND_ROBIN
 PREFIX_CHARS = 256
+DEFAULT_LOAD_FACTOR = 1.25  # prefix_hash: a backend takes up to 1.25 × its share of the in-flight load
 
 _TWO_64 = float(2**64)
 
@@ -94,21 +101,34 @@ def all_at_capacity(
 class Selector:
     """One per process and strategy; holds only the smooth-WRR counters."""
 
-    __slots__ = ("_rng", "_strategy", "_swrr")
+    __slots__ = ("_load_factor", "_rng", "_strategy", "_swrr")
 
-    def __init__(self, strategy: str, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        strategy: str,
+        rng: random.Random | None = None,
+        *,
+        load_factor: float = DEFAULT_LOAD_FACTOR,
+    ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(
                 f"Unknown selection strategy {strategy!r}; "
                 f"expected one of {sorted(STRATEGIES)}"
             )
+        if not load_factor >= 1.0:
+            raise ValueError(f"load_factor must be at least 1.0, not {load_factor!r}")
         self._strategy = strategy
+        self._load_factor = load_factor
         self._rng = rng if rng is not None else random.Random()
         self._swrr: dict[str, dict[str, int]] = {}
 
     @property
     def strategy(self) -> str:
         return self._strategy
+
+    @property
+    def load_factor(self) -> float:
+        return self._load_factor
 
     def forget(self, group: str) -> None:
         """Drop the WRR counters of a group that no longer exists."""
@@ -137,7 +157,7 @@ class Selector:
             return self._least_in_flight(pool)
         if prefix_key is None:
             return self._swrr_pick(group, candidates, pool)
-        return _rendezvous(prefix_key, pool)
+        return _bounded(prefix_key, pool, self._load_factor)
 
     # -- strategies ----------------------------------------------------------
 
@@ -222,20 +242,50 @@ def _name_key(name: str) -> bytes:
     return raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
 
 
-def _rendezvous(key: bytes, pool: list[Candidate]) -> Candidate:
-    """Weighted HRW: max of -weight / ln(u), u = H_name(key) mapped into (0, 1)."""
+# Higher score first; an exact tie (never seen with 64-bit hashes) goes to
+# the higher name, the same on every node.
+_ORDER = operator.itemgetter(0, 1)
+
+
+def _scores(key: bytes, pool: list[Candidate]) -> list[tuple[float, str, Candidate]]:
+    """Weighted HRW score of each candidate for `key`: -weight / ln(u), with
+    u = H_name(key) mapped into (0, 1). Highest first is the key's order."""
     digest = hashlib.blake2b(key, digest_size=32).digest()
-    best = pool[0]
-    best_score = -1.0
+    out = []
     for c in pool:
         spec = c.spec
         h = hashlib.blake2b(digest, key=_name_key(spec.name), digest_size=8)
         u = (int.from_bytes(h.digest(), "big") + 0.5) / _TWO_64
-        score = -spec.weight / math.log(u)
-        if score > best_score or (score == best_score and spec.name < best.spec.name):
-            best = c
-            best_score = score
-    return best
+        out.append((-spec.weight / math.log(u), spec.name, c))
+    return out
+
+
+def _room(c: Candidate, load: int, total_weight: int, factor: float) -> bool:
+    """Whether `c` stays within its bound with one more request: in-flight + 1
+    <= ceil(factor × (load + 1) × weight / total weight), `load` being the
+    tier's in-flight count. Some candidate always has room: the bounds sum
+    to at least factor × (load + 1) > load."""
+    bound = math.ceil(factor * (load + 1) * c.spec.weight / total_weight - 1e-9)
+    return c.state.in_flight + 1 <= bound
+
+
+def _bounded(key: bytes, pool: list[Candidate], factor: float) -> Candidate:
+    """Consistent hashing with bounded loads: the first candidate in the key's
+    HRW order that has room (`_room`). The usual case, the key's own backend
+    has room, costs one pass; only a spill sorts."""
+    scored = _scores(key, pool)
+    top = max(scored, key=_ORDER)
+    load = 0
+    total_weight = 0
+    for c in pool:
+        load += c.state.in_flight
+        total_weight += c.spec.weight
+    if _room(top[2], load, total_weight, factor):
+        return top[2]
+    for _, _, c in sorted(scored, key=_ORDER, reverse=True):
+        if _room(c, load, total_weight, factor):
+            return c
+    return top[2]  # unreachable (see _room); the key's own backend
 
 
 # -- prefix keys -----------------------------------------------------------

@@ -41,6 +41,10 @@ class Snapshot:
     by_model: Mapping[str, tuple[BackendSpec, ...]]  # every name and alias
     fallback_chains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     strategy: str = "weighted_round_robin"
+    # prefix_hash: how far past its share a backend keeps its prefixes, and
+    # the request header whose value pins a session ("" for none).
+    load_factor: float = 1.25
+    session_header: str = "x-session-id"
     retry: RetryPolicy = RetryPolicy()
     queue: QueuePolicy = QueuePolicy()
     health: Any = None  # router.core.health.HealthPolicy

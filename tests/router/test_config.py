@@ -11,6 +11,14 @@ def test_defaults_and_minimal_backend():
     assert (b.url, b.kind, b.weight, b.priority, b.capacity) == ("http://h:1", "openai_compat", 100, 0, None)
     assert cfg.selection_strategy == "weighted_round_robin"
     assert cfg.api_keys.mode == "open"
+    assert (cfg.prefix_hash.load_factor, cfg.prefix_hash.session_header) == (1.25, "x-session-id")
+
+
+def test_prefix_hash_section():
+    cfg, _raw = parse("selection_strategy: prefix_hash\nprefix_hash: {load_factor: 2, session_header: X-Conversation}\n")
+    assert (cfg.prefix_hash.load_factor, cfg.prefix_hash.session_header) == (2.0, "x-conversation")
+    cfg, _raw = parse("prefix_hash: {session_header: ''}\n")
+    assert cfg.prefix_hash.session_header == ""
 
 
 @pytest.mark.parametrize(
@@ -24,6 +32,9 @@ def test_defaults_and_minimal_backend():
         ("backends:\n  - {name: a, url: 'http://h', models: [m]}\n  - {name: a, url: 'http://h', models: [m]}\n", "duplicate backend name"),
         ("selection_strategy: fastest\n", "selection_strategy"),
         ("api_keys: {mode: closed}\n", "api_keys.mode"),
+        ("prefix_hash: {load_factor: 0.8}\n", "prefix_hash.load_factor"),
+        ("prefix_hash: {session_header: 'x session'}\n", "prefix_hash.session_header"),
+        ("prefix_hash: {sesion_header: x}\n", "prefix_hash.sesion_header: unknown key"),
         ("server: {trusted_proxies: [not-an-ip]}\n", "server.trusted_proxies"),
         ("- just a list\n", "top level must be a mapping"),
         ("backends: [\n", "not valid YAML"),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from router.core.backend import BackendSpec
 from router.core.health import BackendState
@@ -447,3 +450,90 @@ def test_prefix_key_is_truncated() -> None:
 def test_prefix_key_is_none_without_prompt_text(body: dict[str, object]) -> None:
     """Bodies without usable prompt text give None and never raise."""
     assert prefix_key(body) is None
+
+
+# -- prefix_hash: consistent hashing with bounded loads ---------------------------
+
+weights_st = st.lists(st.integers(min_value=1, max_value=500), min_size=2, max_size=12)
+
+
+def hrw_order(key: bytes, cands: list[Candidate]) -> list[str]:
+    """The key's order over all backends, read off the selector itself: the
+    backend it picks when everything is idle, then the one it picks once that
+    one is excluded, and so on."""
+    order: list[str] = []
+    sel = Selector("prefix_hash")
+    while len(order) < len(cands):
+        c = sel.pick("m", cands, now=NOW, prefix_key=key, exclude=order)
+        assert c is not None
+        order.append(c.spec.name)
+    return order
+
+
+def bound(c: Candidate, cands: list[Candidate], factor: float) -> int:
+    load = sum(x.state.in_flight for x in cands)
+    share = c.spec.weight / sum(x.spec.weight for x in cands)
+    return math.ceil(factor * (load + 1) * share - 1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(weights_st, st.lists(st.integers(0, 40), min_size=12, max_size=12), st.binary(min_size=1, max_size=40),
+       st.sampled_from([1.0, 1.1, 1.25, 1.5, 2.0]))
+def test_prefix_hash_picks_the_first_backend_in_the_keys_order_with_room(weights, loads, key, factor) -> None:
+    """The pick is the first backend in the key's HRW order whose in-flight
+    count stays within its bound with this request; the key's own backend
+    whenever it has room."""
+    cands = [cand(f"b{i}", w, in_flight=loads[i]) for i, w in enumerate(weights)]
+    picked = hashed(Selector("prefix_hash", load_factor=factor), cands, key)
+    by_name = {c.spec.name: c for c in cands}
+    order = hrw_order(key, [cand(c.spec.name, c.spec.weight) for c in cands])
+    with_room = [n for n in order if by_name[n].state.in_flight + 1 <= bound(by_name[n], cands, factor)]
+    assert with_room, "the bounds sum past the load: someone always has room"
+    assert picked == with_room[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(weights_st, st.lists(st.integers(0, 3), min_size=1, max_size=300), st.sampled_from([1.0, 1.25, 2.0]))
+def test_prefix_hash_never_lets_a_backend_past_its_bound(weights, keys, factor) -> None:
+    """Requests arriving one after another (none finishing), most of them on
+    a few hot prefixes: after every pick each backend carries at most
+    ceil(factor × its share of the load so far), however skewed the keys."""
+    sel = Selector("prefix_hash", load_factor=factor)
+    names_ = [f"b{i}" for i in range(len(weights))]
+    load = dict.fromkeys(names_, 0)
+    total_weight = sum(weights)
+    for n, k in enumerate(keys, start=1):
+        cands = [cand(name, w, in_flight=load[name]) for name, w in zip(names_, weights, strict=True)]
+        load[hashed(sel, cands, f"hot-{k}".encode())] += 1
+        for name, w in zip(names_, weights, strict=True):
+            assert load[name] <= math.ceil(factor * n * w / total_weight - 1e-9), (name, load, n)
+
+
+def test_prefix_hash_keeps_a_prefix_on_its_backend_while_it_has_room() -> None:
+    """Idle or evenly loaded, every request of a prefix goes to one backend;
+    once that backend carries more than its bound the next one takes over,
+    the same one on every node."""
+    cands = names(4)
+    owner = hashed(Selector("prefix_hash"), cands, b"system prompt")
+    assert {hashed(Selector("prefix_hash"), cands, b"system prompt") for _ in range(20)} == {owner}
+    even = [cand(c.spec.name, in_flight=5) for c in cands]  # load 20: bound ceil(1.25 × 21 / 4) = 7
+    assert hashed(Selector("prefix_hash"), even, b"system prompt") == owner
+    # owner at 8 of 23: with this request 9 > ceil(1.25 × 24 / 4) = 8
+    hot = [cand(c.spec.name, in_flight=8 if c.spec.name == owner else 5) for c in cands]
+    spilled = hashed(Selector("prefix_hash"), hot, b"system prompt")
+    assert spilled != owner
+    assert hashed(Selector("prefix_hash", random.Random(7)), hot[::-1], b"system prompt") == spilled
+    assert spilled == hrw_order(b"system prompt", cands)[1]
+
+
+def test_prefix_hash_a_larger_load_factor_keeps_prefixes_longer() -> None:
+    cands = names(4)
+    owner = hashed(Selector("prefix_hash"), cands, b"p")
+    hot = [cand(c.spec.name, in_flight=9 if c.spec.name == owner else 3) for c in cands]  # owner at 9 of 18
+    assert hashed(Selector("prefix_hash"), hot, b"p") != owner  # bound ceil(1.25 × 19 / 4) = 6
+    assert hashed(Selector("prefix_hash", load_factor=2.0), hot, b"p") == owner  # bound 10
+
+
+def test_load_factor_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="load_factor"):
+        Selector("prefix_hash", load_factor=0.9)
