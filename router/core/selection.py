@@ -330,9 +330,13 @@ def _from_messages(messages: list[object]) -> tuple[str, str]:
 def prefix_key(body: Mapping[str, object], limit: int = PREFIX_CHARS) -> bytes | None:
     """A stable key from the start of the prompt, or None if there is none.
 
-    The first `limit` characters of: the leading system/developer message (or
-    the Responses `instructions`) then the first user message, `prompt` or
-    `input`. Never raises on a malformed body.
+    Up to `limit` characters of the leading system/developer messages (or the
+    Responses `instructions`), then up to `limit` characters of the first user
+    message, `prompt` or `input`: each part capped on its own, so that
+    conversations sharing a long system prompt still differ by their first
+    turn (each keeps its own backend, while the shared system prompt is
+    cached everywhere), and later turns never change the key. Never raises on
+    a malformed body.
     """
     system = ""
     user = ""
@@ -359,5 +363,5 @@ def prefix_key(body: Mapping[str, object], limit: int = PREFIX_CHARS) -> bytes |
                 system = f"{system}\n{s}" if system and s else system or s
     if not system and not user:
         return None
-    text = f"{system}\x00{user}" if system else user
-    return text[:limit].encode("utf-8")
+    text = f"{system[:limit]}\x00{user[:limit]}" if system else user[:limit]
+    return text.encode("utf-8")

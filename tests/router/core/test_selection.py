@@ -434,6 +434,19 @@ def test_prefix_key_is_truncated() -> None:
     assert prefix_key({"prompt": "abcdef"}, limit=3) == b"abc"
 
 
+def test_prefix_key_tells_conversations_under_one_long_system_prompt_apart() -> None:
+    """A system prompt longer than the limit does not hide the first turn:
+    two conversations under it get two keys, each its own across turns."""
+    system = {"role": "system", "content": "You are a careful assistant. " * 40}
+
+    def body(*turns: str) -> dict[str, object]:
+        return {"messages": [system, *({"role": "user", "content": t} for t in turns)]}
+
+    assert prefix_key(body("plan a trip")) != prefix_key(body("fix my code"))
+    assert prefix_key(body("plan a trip")) == prefix_key(body("plan a trip", "to Jeju"))
+    assert len(prefix_key(body("x" * 1000)) or b"") == 256 + 1 + 256
+
+
 @pytest.mark.parametrize(
     "body",
     [
