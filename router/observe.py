@@ -88,6 +88,11 @@ COMPLETION_TOKENS = Counter(
 RETRIES = Counter("router_retries_total", "Attempts beyond the first", ["model"])
 FALLBACKS = Counter("router_fallbacks_total", "Requests answered through a fallback chain", ["model"])
 QUEUE = Counter("router_queue_decisions_total", "Capacity queue decisions", ["decision"])
+PREFIX = Counter(
+    "router_prefix_decisions_total",
+    "prefix_hash picks: the key's own backend (owner) or the next one past its load bound (spill)",
+    ["decision"],
+)
 DROPPED = Counter("router_observations_dropped_total", "Observations dropped (queue full)")
 IN_FLIGHT = Gauge(
     "router_backend_in_flight", "Requests in flight per backend", ["backend"], multiprocess_mode="livesum"
@@ -241,6 +246,8 @@ def _emit(obs: dict) -> None:
         _child(FALLBACKS, model).inc()
     if obs.get("queue"):  # rejected before selection: no queue decision was made
         _child(QUEUE, obs["queue"]).inc()
+    if obs.get("prefix"):
+        _child(PREFIX, obs["prefix"]).inc()
     if log.isEnabledFor(logging.INFO):
         # `log.info` without its caller lookup (a walk up the stack per line,
         # ~1 % of the web process's CPU at INFO): the line is always this one.

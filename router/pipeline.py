@@ -329,6 +329,8 @@ async def _acquire(
     picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
     if picked is not None:
         picked.state.on_start()
+        if pkey is not None:
+            obs["prefix"] = "spill" if rt.selector.spilled else "owner"
         return picked
     if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
         return None
@@ -361,6 +363,8 @@ async def _acquire(
                 picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
                 if picked is not None:
                     picked.state.on_start()
+                    if pkey is not None:
+                        obs["prefix"] = "spill" if rt.selector.spilled else "owner"
                     obs["queue_ms"] = (now - queued_at) * 1000.0
                     return picked
                 if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):

@@ -101,7 +101,7 @@ def all_at_capacity(
 class Selector:
     """One per process and strategy; holds only the smooth-WRR counters."""
 
-    __slots__ = ("_load_factor", "_rng", "_strategy", "_swrr")
+    __slots__ = ("_load_factor", "_rng", "_spilled", "_strategy", "_swrr")
 
     def __init__(
         self,
@@ -121,10 +121,18 @@ class Selector:
         self._load_factor = load_factor
         self._rng = rng if rng is not None else random.Random()
         self._swrr: dict[str, dict[str, int]] = {}
+        self._spilled = False
 
     @property
     def strategy(self) -> str:
         return self._strategy
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the last `prefix_hash` pick with a key walked past the key's
+        own backend because that one was past its load bound. Read it right
+        after `pick()`, before anything else can pick (no await between)."""
+        return self._spilled
 
     @property
     def load_factor(self) -> float:
@@ -149,6 +157,7 @@ class Selector:
         strategy = self._strategy
         if strategy == WEIGHTED_ROUND_ROBIN:
             return self._swrr_pick(group, candidates, pool)
+        self._spilled = False
         if len(pool) == 1:
             return pool[0]
         if strategy == LEAST_LATENCY:
@@ -157,7 +166,8 @@ class Selector:
             return self._least_in_flight(pool)
         if prefix_key is None:
             return self._swrr_pick(group, candidates, pool)
-        return _bounded(prefix_key, pool, self._load_factor)
+        picked, self._spilled = _bounded(prefix_key, pool, self._load_factor)
+        return picked
 
     # -- strategies ----------------------------------------------------------
 
@@ -269,10 +279,11 @@ def _room(c: Candidate, load: int, total_weight: int, factor: float) -> bool:
     return c.state.in_flight + 1 <= bound
 
 
-def _bounded(key: bytes, pool: list[Candidate], factor: float) -> Candidate:
+def _bounded(key: bytes, pool: list[Candidate], factor: float) -> tuple[Candidate, bool]:
     """Consistent hashing with bounded loads: the first candidate in the key's
-    HRW order that has room (`_room`). The usual case, the key's own backend
-    has room, costs one pass; only a spill sorts."""
+    HRW order that has room (`_room`), and whether that is not the key's own
+    backend (a spill). The usual case, the key's own backend has room, costs
+    one pass; only a spill sorts."""
     scored = _scores(key, pool)
     top = max(scored, key=_ORDER)
     load = 0
@@ -281,11 +292,11 @@ def _bounded(key: bytes, pool: list[Candidate], factor: float) -> Candidate:
         load += c.state.in_flight
         total_weight += c.spec.weight
     if _room(top[2], load, total_weight, factor):
-        return top[2]
+        return top[2], False
     for _, _, c in sorted(scored, key=_ORDER, reverse=True):
         if _room(c, load, total_weight, factor):
-            return c
-    return top[2]  # unreachable (see _room); the key's own backend
+            return c, True
+    return top[2], False  # unreachable (see _room); the key's own backend
 
 
 # -- prefix keys -----------------------------------------------------------

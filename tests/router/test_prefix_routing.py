@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 
 from tests.support.answers import answered_by
+from tests.support.routerproc import wait_until
 
 NAMES = ("a", "b", "c", "d")
 
@@ -34,6 +35,14 @@ def test_two_routers_send_each_prefix_to_the_same_backend(openai_backends, route
         assert _chat(one.url, system, "hello") == first
         chosen[system] = first
     assert len(set(chosen.values())) >= 3  # prefixes spread over the backends
+    # one at a time, every pick was the key's own backend (counted as the
+    # observations drain, a moment after each answer)
+    def counted() -> str:
+        text = httpx.get(one.url + "/metrics", timeout=10).text
+        return text if 'router_prefix_decisions_total{decision="owner"} 48.0' in text else ""
+
+    metrics = wait_until(counted, 30, what="48 owner decisions in /metrics")
+    assert 'decision="spill"' not in metrics
 
 
 def test_a_session_header_pins_a_conversation(openai_backends, router_factory):

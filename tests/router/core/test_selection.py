@@ -547,6 +547,18 @@ def test_prefix_hash_a_larger_load_factor_keeps_prefixes_longer() -> None:
     assert hashed(Selector("prefix_hash", load_factor=2.0), hot, b"p") == owner  # bound 10
 
 
+def test_spilled_says_whether_the_last_pick_passed_the_keys_own_backend() -> None:
+    cands = names(4)
+    sel = Selector("prefix_hash")
+    owner = hashed(sel, cands, b"system prompt")
+    assert not sel.spilled
+    hot = [cand(c.spec.name, in_flight=8 if c.spec.name == owner else 5) for c in cands]
+    assert hashed(sel, hot, b"system prompt") != owner and sel.spilled
+    assert hashed(sel, cands, b"system prompt") == owner and not sel.spilled
+    hashed(sel, hot, b"system prompt")
+    assert picks(sel, cands, 1) and not sel.spilled  # no key: smooth WRR, no spill
+
+
 def test_load_factor_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="load_factor"):
         Selector("prefix_hash", load_factor=0.9)
