@@ -299,6 +299,37 @@ def _write_circuits(
     )
 
 
+def _rename_routes(planned: Iterable[WireCircuit], written: Collection[str],
+                   desired: Mapping[str, BackendSpec]) -> None:
+    """The backend each route row names, for circuits planned again but not
+    rewritten (`_write_circuits` wrote the others): a change elsewhere (a
+    ROUTER publication mapping their endpoint, or no longer mapping it) gives
+    or takes their routes' backends, and a route row must say which. Only the
+    rows whose name changes are written."""
+    expected: dict[tuple[str, str, str], str] = {}
+    for circuit in planned:
+        cid = str(circuit.id)
+        if cid in written:
+            continue
+        for route in circuit.route_info:
+            name = backend_name(circuit, route)
+            expected[(cid, str(route.route_id or ""), str(route.session_id))] = name if name in desired else ""
+    if not expected:
+        return
+    cids = sorted({cid for cid, _, _ in expected})
+    stale: list[Route] = []
+    for i in range(0, len(cids), WRITE_BATCH):
+        rows = Route.objects.filter(circuit__circuit_id__in=cids[i : i + WRITE_BATCH]).values_list(
+            "pk", "circuit__circuit_id", "route_id", "session_id", "backend_name"
+        )
+        for pk, cid, route_id, session_id, current in rows:
+            want = expected.get((cid, route_id, session_id))
+            if want is not None and want != current:
+                stale.append(Route(pk=pk, backend_name=want))
+    if stale:
+        Route.objects.bulk_update(stale, ["backend_name"], batch_size=WRITE_BATCH)
+
+
 def apply_locked(  # the caller holds reconcile_lock
     circuits: Iterable[WireCircuit],
     models: Mapping[str, str],
@@ -390,6 +421,7 @@ def apply_locked(  # the caller holds reconcile_lock
                 planned = [*(incoming[cid] for cid in upserted), *as_sent, *again]
             desired = desire.backends(planned, by_key)
             _write_circuits(rows, upserted, incoming, model_of, desired, now)
+            _rename_routes(planned, set(upserted), desired)
             touch(CIRCUIT, *upserted, *gone)
             if gone:
                 Circuit.objects.filter(circuit_id__in=list(gone)).delete()

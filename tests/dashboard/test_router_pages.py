@@ -506,3 +506,23 @@ def test_a_mirror_that_cannot_be_read_is_reported_not_raised(staff, populated, m
     # The backends are the snapshot's: still shown.
     assert [len(p["backends"]) for p in data["items"]] == [0, 2, 0]
     assert "could not be counted" in resp.content.decode()
+
+
+def test_the_circuits_page_names_the_backends_a_publication_gave_its_routes(staff, populated):
+    """Circuits arrive before the publication that maps their endpoint; once
+    it does, their routes are served, and the Circuits page says by which
+    backend (not "no backend"). Removing the publication takes them back."""
+    from router.models import Backend
+
+    def route_backends() -> dict[str, list[str]]:
+        rows = _sections(staff, "/dashboard/circuits/")["circuits"]["data"]
+        return {c["circuit_id"]: [r["backend_name"] for r in c["routes"]] for c in rows}
+
+    served = route_backends()[CIRCUIT_A]
+    assert len(served) == 2 and all(served), served
+    assert set(served) <= set(Backend.objects.values_list("name", flat=True))
+    assert route_backends()[CIRCUIT_LONELY] == [""]  # no publication maps its endpoint
+    page = staff.get("/dashboard/circuits/").content.decode()
+    assert page.count("no backend") == 1, page
+    router_services.remove_publication(AUTHORITY, "llama-4-chat")
+    assert route_backends()[CIRCUIT_A] == ["", ""]
