@@ -36,10 +36,10 @@ CHARTS = (
     Chart("requests", "Request rate", "requests answered per second, every status"),
     Chart("errors", "Errors by status class", "4xx and 5xx answers per second (per value: both together)"),
     Chart("latency", "Latency", "time to the last byte, p50 / p95 / p99 (per value: p95)"),
-    Chart("ttft", "Time to first token", "streamed requests only, p50 / p95 / p99 (per value: p95)"),
+    Chart("ttft", "Time to first byte", "streamed requests only: arrival to the upstream's first streamed byte, p50 / p95 / p99 (per value: p95)"),
     Chart("tokens", "Output tokens/s", "completion tokens the backends reported, per second"),
     Chart(
-        "speed", "Generation speed", "output tokens per second of producing them (after the first token if streamed)"
+        "speed", "Generation speed", "output tokens per second of producing them (after the first byte if streamed)"
     ),
 )
 METRICS = {c.metric for c in CHARTS}

@@ -47,6 +47,8 @@ def test_page_has_a_plot_per_metric_in_the_nav_and_explains_an_empty_window(staf
     # assets are the vendored uPlot and charts.js, nothing external
     assert "uplot-1.6.32/uPlot.iife.min.js" in page and "dashboard/charts.js" in page
     assert "https://" not in page
+    # the TTFT plot is named what it measures: the upstream's first streamed byte
+    assert "Time to first byte" in page and "first token" not in page
 
 
 def test_unknown_choices_fall_back_on_the_page_and_are_refused_by_the_json(staff):

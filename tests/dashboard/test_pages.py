@@ -89,6 +89,7 @@ def test_backends_page_lists_every_source_with_its_settings(staff, mirror):
         assert text in page
     for source in ("src-config", "src-admin", "src-appproxy"):
         assert source in page
+    assert ">Latency (EWMA)</th>" in page  # the column says what it averages
 
 
 def test_models_page_maps_names_to_backends_and_shows_fallback_chains(staff, mirror):
