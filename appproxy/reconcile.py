@@ -231,6 +231,12 @@ def _write_plan(p: Plan, now) -> None:
         log.warning("appproxy: backend names owned by another source were not applied: %s", list(p.conflicts))
 
 
+def _yielded(circuit: WireCircuit, route: Any, desired: Mapping[str, BackendSpec]) -> str:
+    """The backend a route row names: its backend when the plan has one, else ''."""
+    name = backend_name(circuit, route)
+    return name if name in desired else ""
+
+
 def _write_circuits(
     rows: Mapping[str, Any],
     upserted: Iterable[str],
@@ -291,7 +297,7 @@ def _write_circuits(
                 "kernel_port": route.kernel_port,
                 "protocol": route.protocol,
                 "traffic_ratio": route.traffic_ratio,
-                "backend_name": name if (name := backend_name(circuit, route)) in desired else "",
+                "backend_name": _yielded(circuit, route, desired),
             }
             for row, circuit in routed
             for route in circuit.route_info
@@ -312,8 +318,7 @@ def _rename_routes(planned: Iterable[WireCircuit], written: Collection[str],
         if cid in written:
             continue
         for route in circuit.route_info:
-            name = backend_name(circuit, route)
-            expected[(cid, str(route.route_id or ""), str(route.session_id))] = name if name in desired else ""
+            expected[(cid, str(route.route_id or ""), str(route.session_id))] = _yielded(circuit, route, desired)
     if not expected:
         return
     cids = sorted({cid for cid, _, _ in expected})

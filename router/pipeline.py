@@ -315,6 +315,15 @@ def _untried(rt: Runtime, snap, target: str, scope: str | None, tried: set[str])
     return any(c.spec.name not in tried for c in rt.candidates(snap, target, scope))
 
 
+def _started(picked: Candidate, rt: Runtime, pkey: bytes | None, obs: dict[str, Any]) -> None:
+    """A pick takes its slot; a prefix_hash pick with a key says whether it
+    went to the key's own backend or spilled past it (read right after the
+    pick, as Selector.spilled asks)."""
+    picked.state.on_start()
+    if pkey is not None:
+        obs["prefix"] = "spill" if rt.selector.spilled else "owner"
+
+
 async def _acquire(
     rt: Runtime, caller: Caller, model: str, exclude: set[str], pkey: bytes | None, obs: dict,
     scope: str | None = None,
@@ -328,9 +337,7 @@ async def _acquire(
     now = time.monotonic()
     picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
     if picked is not None:
-        picked.state.on_start()
-        if pkey is not None:
-            obs["prefix"] = "spill" if rt.selector.spilled else "owner"
+        _started(picked, rt, pkey, obs)
         return picked
     if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
         return None
@@ -362,9 +369,7 @@ async def _acquire(
                 now = time.monotonic()
                 picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
                 if picked is not None:
-                    picked.state.on_start()
-                    if pkey is not None:
-                        obs["prefix"] = "spill" if rt.selector.spilled else "owner"
+                    _started(picked, rt, pkey, obs)
                     obs["queue_ms"] = (now - queued_at) * 1000.0
                     return picked
                 if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
