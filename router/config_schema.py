@@ -160,6 +160,18 @@ class HealthConfig(_Strict):
     healthy_threshold: int = Field(default=1, ge=1)
     failure_threshold: int = Field(default=3, ge=1, description="passive: failures that open the breaker")
     cooldown: float = Field(default=10.0, gt=0)
+    load_path: str = Field(
+        default="/metrics", max_length=200,
+        description="where OpenAI-compatible backends publish their load (Prometheus text); '' reads none",
+    )
+    load_interval: float = Field(default=5.0, gt=0, description="seconds between two reads of a backend's load")
+
+    @field_validator("load_path")
+    @classmethod
+    def _load_path(cls, v: str) -> str:
+        if v and not v.startswith("/"):
+            raise ValueError("must be a path starting with '/', or '' to read no load")
+        return v
 
 
 class RetryConfig(_Strict):
@@ -217,12 +229,25 @@ class PrefixHashConfig(_Strict):
         return v.lower()
 
 
+class CacheAwareConfig(_Strict):
+    block_chars: int = Field(default=128, ge=16, le=8192, description="characters of prompt per indexed block")
+    min_match: float = Field(
+        default=0.5, gt=0.0, le=1.0,
+        description="the share of a prompt's blocks a replica must hold to be chosen for them",
+    )
+    max_entries: int = Field(default=131_072, ge=1024, le=50_000_000,
+                             description="blocks the index of each web process remembers, at most")
+    max_prompt_chars: int = Field(default=65_536, ge=256, le=10_000_000,
+                                  description="characters of a prompt's start that are indexed")
+
+
 class RouterFile(_Strict):
     backends: list[BackendConfig] = Field(default_factory=list)
-    selection_strategy: Literal["weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash"] = (
-        "weighted_round_robin"
-    )
+    selection_strategy: Literal[
+        "weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash", "cache_aware"
+    ] = "weighted_round_robin"
     prefix_hash: PrefixHashConfig = Field(default_factory=PrefixHashConfig)
+    cache_aware: CacheAwareConfig = Field(default_factory=CacheAwareConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     fallback: FallbackConfig = Field(default_factory=FallbackConfig)

@@ -85,17 +85,28 @@ COMPLETION_TOKENS = Counter(
     "router_completion_tokens_total", "Completion (output) tokens reported by providers",
     ["model", "backend", "key_source"],
 )
+CACHED_TOKENS = Counter(
+    "router_cached_tokens_total",
+    "Prompt tokens the backend reported serving from its prompt cache (usage cached_tokens)",
+    ["model", "backend"],
+)
 RETRIES = Counter("router_retries_total", "Attempts beyond the first", ["model"])
 FALLBACKS = Counter("router_fallbacks_total", "Requests answered through a fallback chain", ["model"])
 QUEUE = Counter("router_queue_decisions_total", "Capacity queue decisions", ["decision"])
 PREFIX = Counter(
     "router_prefix_decisions_total",
-    "prefix_hash picks: the key's own backend (owner) or the next one past its load bound (spill)",
+    "prefix_hash and cache_aware picks: the replica holding the prompt (cached), the key's own backend"
+    " (owner) or the next one past its load bound (spill)",
     ["decision"],
 )
 DROPPED = Counter("router_observations_dropped_total", "Observations dropped (queue full)")
 IN_FLIGHT = Gauge(
     "router_backend_in_flight", "Requests in flight per backend", ["backend"], multiprocess_mode="livesum"
+)
+
+INDEX_ENTRIES = Gauge(
+    "router_prefix_index_entries", "Prompt blocks the cache_aware index remembers (every web process together)",
+    multiprocess_mode="livesum",
 )
 
 _queue: deque[dict] = deque(maxlen=10_000)
@@ -239,6 +250,9 @@ def _emit(obs: dict) -> None:
             _child(PROMPT_TOKENS, model, backend, source).inc(prompt)
         if completion is not None:
             _child(COMPLETION_TOKENS, model, backend, source).inc(completion)
+        cached = cached_tokens(usage)
+        if cached:
+            _child(CACHED_TOKENS, model, backend).inc(cached)
     attempts = obs.get("attempts") or 1
     if attempts > 1:
         _child(RETRIES, model).inc(attempts - 1)
@@ -256,6 +270,25 @@ def _emit(obs: dict) -> None:
 
 
 _in_flight_labels: set[str] = set()
+
+
+def cached_tokens(usage: object) -> int | None:
+    """The prompt tokens a backend says it served from its prompt cache, or
+    None when its usage does not say: OpenAI's and vLLM's
+    `prompt_tokens_details.cached_tokens` (Responses: `input_tokens_details`),
+    Anthropic's `cache_read_input_tokens`."""
+    if not isinstance(usage, dict):
+        return None
+    for field in ("prompt_tokens_details", "input_tokens_details"):
+        details = usage.get(field)
+        if isinstance(details, dict):
+            value = details.get("cached_tokens")
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    value = usage.get("cache_read_input_tokens")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 _EMIT_LINE = _emit.__code__.co_firstlineno  # what a record of the request line says of its origin

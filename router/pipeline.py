@@ -39,7 +39,8 @@ from .core.errors import (
     UpstreamTimeout,
 )
 from .core.health import BackendState
-from .core.selection import Candidate, all_at_capacity, prefix_key
+from .core.kvindex import chain as block_chain
+from .core.selection import CACHE_AWARE, KEYED, Candidate, all_at_capacity, prefix_key, prompt_text
 from .providers import provider_for
 from .providers.base import Exchange, Provider, UpstreamFailed
 from .request import Envelope
@@ -159,7 +160,11 @@ class Routed:
         self._rt.release(self._state, ok=verdict, latency_ms=self.exchange.upstream_ms)
         obs = self.obs
         obs["latency_ms"] = (time.perf_counter() - self._started) * 1000.0
-        obs["usage"] = info.get("usage")
+        usage = obs["usage"] = info.get("usage")
+        if ok:
+            cached = observe.cached_tokens(usage)
+            if cached is not None and isinstance(usage, dict):
+                self._cached(cached, usage, obs)
         if ok is False:
             obs["stream_error"] = True
             if info.get("detail"):
@@ -171,6 +176,26 @@ class Routed:
             trace = self.env.notes.get("trace")
             if trace is not None:
                 trace.end(obs)
+
+
+    def _cached(self, cached: int, usage: dict, obs: dict[str, Any]) -> None:
+        """The backend said how much of the prompt its cache served: counted
+        for its hit ratio; and when cache_aware chose it for the prompt it was
+        said to hold, a backend that served none of it from its cache does
+        not hold it, and stops being its holder in the index."""
+        state = self._state
+        assert state is not None
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        if isinstance(prompt, int) and prompt >= cached:
+            state.prompt_tokens += prompt
+            state.cached_tokens += cached
+        if obs.get("prefix") != "cached":
+            return
+        obs["prefix_confirmed"] = cached > 0
+        index = self._rt.prefix_index
+        blocks = self.env.notes.get("blocks")
+        if cached == 0 and index is not None and blocks:
+            index.drop(blocks, self.exchange.spec.name)
 
 
 def refused(exc: RouterError, obs: dict[str, Any], started: float, trace: tracing.RequestTrace | None = None) -> None:
@@ -199,7 +224,10 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
     rt = get_runtime()
     snap = caller.snap
     chain = (model, *snap.fallback_chains.get(model, ()))
-    pkey = _affinity_key(env, snap.session_header) if snap.strategy == "prefix_hash" else None
+    pkey = _affinity_key(env, snap.session_header) if snap.strategy in KEYED else None
+    blocks: tuple[int, ...] = ()
+    if snap.strategy == CACHE_AWARE:
+        blocks = env.notes["blocks"] = _blocks(snap, model, env)
     retry = snap.retry
     attempts = 0
     hops: list[str] = []
@@ -216,7 +244,7 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
         while attempts < retry.max_attempts:
             scope = caller.scope if depth == 0 else None
             picking = tracing.now_ns() if trace is not None else 0
-            cand = await _acquire(rt, caller, target, tried, pkey, obs, scope)
+            cand = await _acquire(rt, caller, target, tried, pkey, blocks, obs, scope)
             if trace is not None:
                 trace.selected(target, depth, picking, cand.spec.name if cand is not None else None,
                                len(rt.candidates(snap, target, scope)), obs.get("queue"))
@@ -315,18 +343,33 @@ def _untried(rt: Runtime, snap, target: str, scope: str | None, tried: set[str])
     return any(c.spec.name not in tried for c in rt.candidates(snap, target, scope))
 
 
-def _started(picked: Candidate, rt: Runtime, pkey: bytes | None, obs: dict[str, Any]) -> None:
-    """A pick takes its slot; a prefix_hash pick with a key says whether it
-    went to the key's own backend or spilled past it (read right after the
-    pick, as Selector.spilled asks)."""
+def _blocks(snap, model: str, env: Envelope) -> tuple[int, ...]:
+    """cache_aware: the prompt's chained block names (core.kvindex.chain),
+    seeded by the model asked for."""
+    policy = snap.cache_aware
+    text = prompt_text(env.body, policy.max_prompt_chars)
+    return block_chain(hash(model), text, policy.block_chars, policy.max_prompt_chars)
+
+
+def _started(picked: Candidate, rt: Runtime, blocks: tuple[int, ...], obs: dict[str, Any]) -> None:
+    """A pick takes its slot, and says what decided it (read right after the
+    pick, as Selector.decision asks): a cache_aware pick the replica's
+    matched prefix, a keyed one whether it went to the key's own backend or
+    spilled past it."""
     picked.state.on_start()
-    if pkey is not None:
-        obs["prefix"] = "spill" if rt.selector.spilled else "owner"
+    decision = rt.selector.decision
+    if decision is not None:
+        obs["prefix"] = decision
+        if blocks:
+            obs["prefix_blocks"] = (rt.selector.matched, len(blocks))
+            index = rt.prefix_index
+            if index is not None:
+                observe.INDEX_ENTRIES.set(len(index))
 
 
 async def _acquire(
-    rt: Runtime, caller: Caller, model: str, exclude: set[str], pkey: bytes | None, obs: dict,
-    scope: str | None = None,
+    rt: Runtime, caller: Caller, model: str, exclude: set[str], pkey: bytes | None, blocks: tuple[int, ...],
+    obs: dict, scope: str | None = None,
 ) -> Candidate | None:
     """Select once and take the slot; queue (bounded) when all are at capacity."""
     snap = caller.snap
@@ -335,9 +378,9 @@ async def _acquire(
         return None
     group = scope or model
     now = time.monotonic()
-    picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
+    picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks, exclude=exclude)
     if picked is not None:
-        _started(picked, rt, pkey, obs)
+        _started(picked, rt, blocks, obs)
         return picked
     if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
         return None
@@ -367,9 +410,9 @@ async def _acquire(
                 except TimeoutError:
                     continue
                 now = time.monotonic()
-                picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, exclude=exclude)
+                picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks, exclude=exclude)
                 if picked is not None:
-                    _started(picked, rt, pkey, obs)
+                    _started(picked, rt, blocks, obs)
                     obs["queue_ms"] = (now - queued_at) * 1000.0
                     return picked
                 if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):

@@ -28,7 +28,8 @@ from django.conf import settings
 
 from . import cluster, extensions, gcwork, observe, tracing
 from .core.health import BackendState, StateTable
-from .core.selection import Candidate, Selector
+from .core.kvindex import PrefixIndex
+from .core.selection import CACHE_AWARE, Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
 from .dbthread import DbThread
 from .providers.http import LeanAiohttpTransport
@@ -44,6 +45,11 @@ log = logging.getLogger(__name__)
 def health_key() -> str:
     """Both the hash of verdicts and the channel announcing them."""
     return settings.ROUTER_REDIS_PREFIX + "health"
+
+
+def load_key() -> str:
+    """The channel of the backends' own load reports (node.tasks)."""
+    return settings.ROUTER_REDIS_PREFIX + "load"
 
 
 # The snapshot's reads (reloads, revision polls, the start's config sync) on
@@ -92,6 +98,8 @@ class Runtime:
         self.snapshot: Snapshot = EMPTY
         self.states = StateTable()
         self.selector = Selector("weighted_round_robin")
+        # cache_aware: what this process sent where (None under other strategies).
+        self.prefix_index: PrefixIndex | None = None
         self.client: httpx.AsyncClient | None = None
         self.transport: httpx.AsyncBaseTransport | None = None
         # The key gate of the current snapshot (router.extensions); None = open.
@@ -200,10 +208,11 @@ class Runtime:
     def install(self, snap: Snapshot, *, ready: bool = True) -> None:
         """Swap in a compiled snapshot (and what is derived from it); `ready`:
         it holds the configured state (false before the initial load)."""
-        if self.selector.strategy != snap.strategy or self.selector.load_factor != snap.load_factor:
-            self.selector = Selector(snap.strategy, load_factor=snap.load_factor)
+        self._install_selector(snap)
         if snap.backends is not self.snapshot.backends:  # (a key change shares them)
             self.states.retain(snap.backends)
+            if self.prefix_index is not None:
+                self.prefix_index.retain(snap.backends)
         if snap.health is not None and snap.health != self.snapshot.health:
             self.states.set_policy(snap.health)
         if (
@@ -218,6 +227,26 @@ class Runtime:
         if ready:
             self._ready.set()
         log.info("routing snapshot installed", extra={"revision": snap.revision, "backends": len(snap.backends)})
+
+    def _install_selector(self, snap: Snapshot) -> None:
+        """A new selector when the strategy or its settings changed; the
+        prefix index is kept across changes that leave its size alone."""
+        policy = snap.cache_aware
+        index = None
+        if snap.strategy == CACHE_AWARE:
+            index = self.prefix_index
+            if index is None or index.max_entries != policy.max_entries - policy.max_entries % 2:
+                index = PrefixIndex(policy.max_entries)
+        self.prefix_index = index
+        sel = self.selector
+        if (
+            sel.strategy != snap.strategy
+            or sel.load_factor != snap.load_factor
+            or sel.min_match != policy.min_match
+            or sel.index is not index
+        ):
+            self.selector = Selector(snap.strategy, load_factor=snap.load_factor, index=index,
+                                     min_match=policy.min_match)
 
     # -- hot path helpers ----------------------------------------------------
     def candidates(self, snap: Snapshot, model: str, scope: str | None = None) -> tuple[Candidate, ...]:
@@ -267,7 +296,7 @@ class Runtime:
             pubsub = None
             try:
                 pubsub = async_client().pubsub(ignore_subscribe_messages=True)
-                await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key())
+                await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key(), load_key())
                 delay = 0.2
                 recovered = self.redis_down_since is not None
                 self._redis_up()
@@ -281,6 +310,9 @@ class Runtime:
                     channel = message.get("channel")
                     if channel == health_key().encode():
                         self._apply_health(message.get("data"))
+                        continue
+                    if channel == load_key().encode():
+                        self._apply_load(message.get("data"))
                         continue
                     try:
                         revision = int(message["data"])
@@ -342,6 +374,33 @@ class Runtime:
             if name in self.snapshot.backends:
                 self._probed(name, bool(ok))
 
+    def _apply_load(self, data: bytes | None) -> None:
+        """A probe round's load reports: {"ttl": s, "load": {"name": [running +
+        waiting, kv usage or null]}, "restarted": ["name"]}. A report counts
+        for `ttl` seconds; a restarted backend's prompt cache is gone."""
+        try:
+            message = orjson.loads(data or b"{}")
+            until = time.monotonic() + float(message.get("ttl", 0))
+            loads = message.get("load") or {}
+            restarted = message.get("restarted") or []
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            return
+        backends = self.snapshot.backends
+        for name, report in loads.items():
+            if name not in backends or not isinstance(report, list) or len(report) != 2:
+                continue
+            load, kv = report
+            if isinstance(load, int) and load >= 0:
+                state = self.states.get(name)
+                state.reported = load
+                state.reported_until = until
+                state.kv_usage = float(kv) if isinstance(kv, (int, float)) else None
+        index = self.prefix_index
+        if index is not None:
+            for name in restarted:
+                if isinstance(name, str):
+                    index.forget(name)
+
     def _probed(self, name: str, ok: bool) -> None:
         """A probe's verdict; a healthy one for a backend without a state is
         what a new state says already, so none is made for it (20,000 probed
@@ -351,6 +410,8 @@ class Runtime:
             state.probe_healthy = ok
         elif not ok:
             self.states.get(name).probe_healthy = False
+        if not ok and self.prefix_index is not None:
+            self.prefix_index.forget(name)  # down: whatever it held may not survive its return
 
     async def _poll(self) -> None:
         last_db_check = 0.0

@@ -22,7 +22,7 @@ from .core.backend import BackendSpec, CliSpec
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
-from .core.snapshot import QueuePolicy, RetryPolicy, Snapshot, group_by_model, hidden_names, regroup
+from .core.snapshot import CacheAwarePolicy, QueuePolicy, RetryPolicy, Snapshot, group_by_model, hidden_names, regroup
 from .models import Backend, ConfigDocument
 from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision, is_whole
 from .sqlread import InRead
@@ -119,6 +119,12 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         strategy=cfg.selection_strategy,
         load_factor=cfg.prefix_hash.load_factor,
         session_header=cfg.prefix_hash.session_header,
+        cache_aware=CacheAwarePolicy(
+            block_chars=cfg.cache_aware.block_chars,
+            min_match=cfg.cache_aware.min_match,
+            max_entries=cfg.cache_aware.max_entries,
+            max_prompt_chars=cfg.cache_aware.max_prompt_chars,
+        ),
         retry=RetryPolicy(
             max_attempts=cfg.retry.max_attempts,
             backoff_s=cfg.retry.backoff,
@@ -133,6 +139,8 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
             path=h.path,
             unhealthy_threshold=h.unhealthy_threshold,
             healthy_threshold=h.healthy_threshold,
+            load_path=h.load_path,
+            load_interval_s=h.load_interval,
         ),
         health_enabled=h.enabled,
         max_body_bytes=cfg.server.max_body_bytes,

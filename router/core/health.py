@@ -40,6 +40,10 @@ class HealthPolicy:
     # health.path: the probe path for OpenAI-compatible servers. A provider
     # decides how it applies (router.providers.probe_url); core knows no kinds.
     path: str = "/v1/models"
+    # Where OpenAI-compatible servers publish their load (Prometheus text:
+    # vLLM, SGLang, llama.cpp), read every load_interval_s; "" reads none.
+    load_path: str = "/metrics"
+    load_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
@@ -52,7 +56,7 @@ class HealthPolicy:
             raise ValueError("HealthPolicy needs 0 < cooldown_s <= max_cooldown_s")
         if self.backoff < 1.0:
             raise ValueError("HealthPolicy.backoff must be >= 1")
-        if self.interval_s <= 0 or self.timeout_s <= 0:
+        if self.interval_s <= 0 or self.timeout_s <= 0 or self.load_interval_s <= 0:
             raise ValueError("HealthPolicy probe interval/timeout must be > 0")
 
 
@@ -73,9 +77,28 @@ class BackendState:
     trial: bool = False  # the single half-open trial request is in flight
     total: int = 0
     failures: int = 0
+    # What the backend itself last reported (its /metrics, read by the health
+    # probe): requests running + waiting there, from every client, good until
+    # `reported_until` (monotonic); and its KV-cache usage (0..1) when known.
+    reported: int = 0
+    reported_until: float = 0.0
+    kv_usage: float | None = None
+    # Prompt tokens of the answers whose usage said how many came from the
+    # backend's prompt cache, and those cached tokens (its hit ratio).
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
     policy: HealthPolicy = field(default=DEFAULT_POLICY, repr=False)
 
     # -- queries -----------------------------------------------------------
+
+    def reported_load(self, now: float) -> int | None:
+        """What the backend last reported running and waiting, while fresh."""
+        return self.reported if self.reported_until > now else None
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Cached ÷ prompt tokens over the answers that reported both."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
 
     def usable(self, now: float) -> bool:
         """Probe-healthy and the breaker admits a request at `now`."""

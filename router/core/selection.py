@@ -22,6 +22,17 @@ Strategies:
   prefix sticks to one backend (and its prompt cache) until that backend
   carries more than `load_factor` × its share, then walks on to the next.
   Without a key it falls back to smooth WRR.
+- `cache_aware`: the replica that holds the longest leading part of the
+  prompt, by this process's `PrefixIndex` of what it sent where (core/kvindex:
+  chained block hashes, bounded), among those within the same load bound as
+  `prefix_hash`; when none holds at least `min_match` of the prompt's blocks
+  (or none of those has room), the `prefix_hash` ring decides. Every pick
+  records its blocks under the replica picked.
+Load, for `least_in_flight`, `prefix_hash` and `cache_aware`: the larger of
+this process's in-flight count and the running + waiting requests the
+backend itself last reported (`BackendState.load`; the health probe reads
+vLLM's, SGLang's and llama.cpp's /metrics), so traffic from other nodes and
+clients counts too.
 Exact ties are broken by weighted random with the injected `random.Random`.
 """
 
@@ -37,17 +48,21 @@ from functools import lru_cache
 
 from .backend import BackendSpec
 from .health import BackendState
+from .kvindex import PrefixIndex
 
 WEIGHTED_ROUND_ROBIN = "weighted_round_robin"
 LEAST_LATENCY = "least_latency"
 LEAST_IN_FLIGHT = "least_in_flight"
 PREFIX_HASH = "prefix_hash"
+CACHE_AWARE = "cache_aware"
 STRATEGIES: frozenset[str] = frozenset(
-    {WEIGHTED_ROUND_ROBIN, LEAST_LATENCY, LEAST_IN_FLIGHT, PREFIX_HASH}
+    {WEIGHTED_ROUND_ROBIN, LEAST_LATENCY, LEAST_IN_FLIGHT, PREFIX_HASH, CACHE_AWARE}
 )
+KEYED: frozenset[str] = frozenset({PREFIX_HASH, CACHE_AWARE})  # strategies that read a prefix key
 DEFAULT_STRATEGY = WEIGHTED_ROUND_ROBIN
 PREFIX_CHARS = 256
 DEFAULT_LOAD_FACTOR = 1.25  # prefix_hash: a backend takes up to 1.25 × its share of the in-flight load
+DEFAULT_MIN_MATCH = 0.5  # cache_aware: a replica must hold half the prompt's blocks to be chosen for them
 
 _TWO_64 = float(2**64)
 
@@ -99,9 +114,10 @@ def all_at_capacity(
 
 
 class Selector:
-    """One per process and strategy; holds only the smooth-WRR counters."""
+    """One per process and strategy; holds the smooth-WRR counters and, for
+    `cache_aware`, the process's prefix index (owned by the runtime)."""
 
-    __slots__ = ("_load_factor", "_rng", "_spilled", "_strategy", "_swrr")
+    __slots__ = ("_decision", "_index", "_load_factor", "_matched", "_min_match", "_rng", "_strategy", "_swrr")
 
     def __init__(
         self,
@@ -109,6 +125,8 @@ class Selector:
         rng: random.Random | None = None,
         *,
         load_factor: float = DEFAULT_LOAD_FACTOR,
+        index: PrefixIndex | None = None,
+        min_match: float = DEFAULT_MIN_MATCH,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(
@@ -117,26 +135,47 @@ class Selector:
             )
         if not load_factor >= 1.0:
             raise ValueError(f"load_factor must be at least 1.0, not {load_factor!r}")
+        if not 0.0 < min_match <= 1.0:
+            raise ValueError(f"min_match must be in (0, 1], not {min_match!r}")
         self._strategy = strategy
         self._load_factor = load_factor
+        self._min_match = min_match
+        self._index = index if index is not None else (PrefixIndex() if strategy == CACHE_AWARE else None)
         self._rng = rng if rng is not None else random.Random()
         self._swrr: dict[str, dict[str, int]] = {}
-        self._spilled = False
+        self._decision: str | None = None
+        self._matched = 0
 
     @property
     def strategy(self) -> str:
         return self._strategy
 
     @property
-    def spilled(self) -> bool:
-        """Whether the last `prefix_hash` pick with a key walked past the key's
-        own backend because that one was past its load bound. Read it right
+    def decision(self) -> str | None:
+        """What decided the last keyed pick: "cached" (`cache_aware`: the
+        replica holding the longest part of the prompt), "owner" (the key's
+        own backend on the ring), "spill" (past it, because it was past its
+        load bound), or None (no key, or another strategy). Read it right
         after `pick()`, before anything else can pick (no await between)."""
-        return self._spilled
+        return self._decision
+
+    @property
+    def matched(self) -> int:
+        """`cache_aware`: how many leading blocks of the prompt the replica of
+        the last pick held by the index (0 when the ring decided)."""
+        return self._matched
 
     @property
     def load_factor(self) -> float:
         return self._load_factor
+
+    @property
+    def min_match(self) -> float:
+        return self._min_match
+
+    @property
+    def index(self) -> PrefixIndex | None:
+        return self._index
 
     def forget(self, group: str) -> None:
         """Drop the WRR counters of a group that no longer exists."""
@@ -149,6 +188,7 @@ class Selector:
         *,
         now: float,
         prefix_key: bytes | None = None,
+        blocks: tuple[int, ...] = (),
         exclude: Collection[str] = (),
     ) -> Candidate | None:
         pool = _eligible(candidates, now, exclude)
@@ -157,16 +197,24 @@ class Selector:
         strategy = self._strategy
         if strategy == WEIGHTED_ROUND_ROBIN:
             return self._swrr_pick(group, candidates, pool)
-        self._spilled = False
+        self._decision = None
+        self._matched = 0
+        if strategy == CACHE_AWARE:
+            picked = self._cache_aware(group, candidates, pool, prefix_key, blocks, now)
+            if blocks:
+                assert self._index is not None
+                self._index.insert(blocks, picked.spec.name)
+            return picked
         if len(pool) == 1:
             return pool[0]
         if strategy == LEAST_LATENCY:
-            return self._least_latency(pool)
+            return self._least_latency(pool, now)
         if strategy == LEAST_IN_FLIGHT:
-            return self._least_in_flight(pool)
+            return self._least_in_flight(pool, now)
         if prefix_key is None:
             return self._swrr_pick(group, candidates, pool)
-        picked, self._spilled = _bounded(prefix_key, pool, self._load_factor)
+        picked, spilled = _bounded(prefix_key, pool, self._load_factor, now)
+        self._decision = "spill" if spilled else "owner"
         return picked
 
     # -- strategies ----------------------------------------------------------
@@ -198,7 +246,7 @@ class Selector:
         current[best.spec.name] = best_weight - total
         return best
 
-    def _least_latency(self, pool: list[Candidate]) -> Candidate:
+    def _least_latency(self, pool: list[Candidate], now: float) -> Candidate:
         unmeasured: list[Candidate] = []
         ties: list[Candidate] = []
         best = math.inf
@@ -215,16 +263,19 @@ class Selector:
             elif cost == best:
                 ties.append(c)
         if unmeasured:
-            return self._least_in_flight(unmeasured)
+            return self._least_in_flight(unmeasured, now)
         return ties[0] if len(ties) == 1 else self._weighted_random(ties)
 
-    def _least_in_flight(self, pool: list[Candidate]) -> Candidate:
-        # Compare in_flight/weight by cross-multiplying: exact, no floats.
+    def _least_in_flight(self, pool: list[Candidate], now: float) -> Candidate:
+        # Compare load/weight by cross-multiplying: exact, no floats.
         ties: list[Candidate] = []
         best_n = 0
         best_w = 1
         for c in pool:
-            n = c.state.in_flight
+            state = c.state
+            n = state.in_flight
+            if state.reported > n and state.reported_until > now:
+                n = state.reported
             w = c.spec.weight
             if not ties or n * best_w < best_n * w:
                 best_n, best_w = n, w
@@ -232,6 +283,42 @@ class Selector:
             elif n * best_w == best_n * w:
                 ties.append(c)
         return ties[0] if len(ties) == 1 else self._weighted_random(ties)
+
+    def _cache_aware(
+        self, group: str, candidates: Sequence[Candidate], pool: list[Candidate],
+        key: bytes | None, blocks: tuple[int, ...], now: float,
+    ) -> Candidate:
+        """The replica holding the longest leading run of `blocks` within its
+        load bound (ties: the least loaded, then the ring's order); the ring
+        when none holds `min_match` of them."""
+        if len(pool) == 1:
+            return pool[0]
+        if blocks:
+            assert self._index is not None
+            held = self._index.match(blocks)
+            if held and max(held.values()) >= self._min_match * len(blocks):
+                load, total_weight = _tier_load(pool, now)
+                best: Candidate | None = None
+                best_depth = 0
+                best_load = 0
+                for c in pool:
+                    depth = held.get(c.spec.name, 0)
+                    if depth < best_depth or depth == 0:
+                        continue
+                    n = _load(c.state, now)
+                    if depth == best_depth and n >= best_load:
+                        continue
+                    if _room(c, n, load, total_weight, self._load_factor):
+                        best, best_depth, best_load = c, depth, n
+                if best is not None and best_depth >= self._min_match * len(blocks):
+                    self._decision = "cached"
+                    self._matched = best_depth
+                    return best
+        if key is None:
+            return self._swrr_pick(group, candidates, pool)
+        picked, spilled = _bounded(key, pool, self._load_factor, now)
+        self._decision = "spill" if spilled else "owner"
+        return picked
 
     def _weighted_random(self, pool: list[Candidate]) -> Candidate:
         total = 0
@@ -270,31 +357,46 @@ def _scores(key: bytes, pool: list[Candidate]) -> list[tuple[float, str, Candida
     return out
 
 
-def _room(c: Candidate, load: int, total_weight: int, factor: float) -> bool:
-    """Whether `c` stays within its bound with one more request: in-flight + 1
-    <= ceil(factor × (load + 1) × weight / total weight), `load` being the
-    tier's in-flight count. Some candidate always has room: the bounds sum
+def _load(state: BackendState, now: float) -> int:
+    """A backend's load: this process's in-flight count, or what the backend
+    last reported running and waiting when that is more (and still fresh)."""
+    n = state.in_flight
+    if state.reported > n and state.reported_until > now:
+        return state.reported
+    return n
+
+
+def _tier_load(pool: list[Candidate], now: float) -> tuple[int, int]:
+    """(total load, total weight) of a tier."""
+    load = 0
+    total_weight = 0
+    for c in pool:
+        load += _load(c.state, now)
+        total_weight += c.spec.weight
+    return load, total_weight
+
+
+def _room(c: Candidate, own: int, load: int, total_weight: int, factor: float) -> bool:
+    """Whether `c`, carrying `own`, stays within its bound with one more
+    request: own + 1 <= ceil(factor × (load + 1) × weight / total weight),
+    `load` being the tier's. Some candidate always has room: the bounds sum
     to at least factor × (load + 1) > load."""
     bound = math.ceil(factor * (load + 1) * c.spec.weight / total_weight - 1e-9)
-    return c.state.in_flight + 1 <= bound
+    return own + 1 <= bound
 
 
-def _bounded(key: bytes, pool: list[Candidate], factor: float) -> tuple[Candidate, bool]:
+def _bounded(key: bytes, pool: list[Candidate], factor: float, now: float) -> tuple[Candidate, bool]:
     """Consistent hashing with bounded loads: the first candidate in the key's
     HRW order that has room (`_room`), and whether that is not the key's own
     backend (a spill). The usual case, the key's own backend has room, costs
     one pass; only a spill sorts."""
     scored = _scores(key, pool)
     top = max(scored, key=_ORDER)
-    load = 0
-    total_weight = 0
-    for c in pool:
-        load += c.state.in_flight
-        total_weight += c.spec.weight
-    if _room(top[2], load, total_weight, factor):
+    load, total_weight = _tier_load(pool, now)
+    if _room(top[2], _load(top[2].state, now), load, total_weight, factor):
         return top[2], False
     for _, _, c in sorted(scored, key=_ORDER, reverse=True):
-        if _room(c, load, total_weight, factor):
+        if _room(c, _load(c.state, now), load, total_weight, factor):
             return c, True
     return top[2], False  # unreachable (see _room); the key's own backend
 
@@ -336,6 +438,52 @@ def _from_messages(messages: list[object]) -> tuple[str, str]:
             user = _text(msg.get("content"))
             break
     return "\n".join(system), user
+
+
+def _messages_text(items: list[object], out: list[str]) -> None:
+    for msg in items:
+        if isinstance(msg, Mapping):
+            role = msg.get("role")
+            out.append(f"{role if isinstance(role, str) else ''}\x1f{_text(msg.get('content', msg.get('output')))}\x1e")
+        elif isinstance(msg, str):
+            out.append(msg)
+
+
+def prompt_text(body: Mapping[str, object], limit: int) -> str:
+    """The prompt as one string in the order a chat template lays it out (the
+    Responses `instructions`, tool names, then every message as role and
+    text; or the completion `prompt` / Responses `input`), cut at `limit`
+    characters: what `cache_aware` cuts into blocks. Never raises on a
+    malformed body."""
+    out: list[str] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        out.append(instructions + "\x1e")
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        for tool in tools:
+            if isinstance(tool, Mapping):
+                fn = tool.get("function", tool)
+                name = fn.get("name") if isinstance(fn, Mapping) else None
+                if isinstance(name, str):
+                    out.append(name + "\x1f")
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        _messages_text(messages, out)
+    else:
+        source = body.get("prompt", body.get("input"))
+        if isinstance(source, str):
+            out.append(source)
+        elif isinstance(source, list) and source:
+            first = source[0]
+            if isinstance(first, int):  # a token-id prompt
+                out.append(",".join(str(t) for t in source[: limit // 2]))
+            elif isinstance(first, list):  # a batch of token-id prompts: the first
+                out.append(",".join(str(t) for t in first[: limit // 2]))
+            else:
+                _messages_text(source, out)
+    text = "".join(out)
+    return text[:limit]
 
 
 def prefix_key(body: Mapping[str, object], limit: int = PREFIX_CHARS) -> bytes | None:

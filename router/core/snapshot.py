@@ -35,6 +35,18 @@ class QueuePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheAwarePolicy:
+    """`cache_aware`: prompt blocks of `block_chars` characters, up to
+    `max_prompt_chars`; a replica holding `min_match` of them is chosen for
+    them; each web process's index keeps at most `max_entries` blocks."""
+
+    block_chars: int = 128
+    min_match: float = 0.5
+    max_entries: int = 131_072
+    max_prompt_chars: int = 65_536
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     revision: int
     backends: Mapping[str, BackendSpec]  # compiled: an immutables.Map (a change shares the rest)
@@ -45,6 +57,7 @@ class Snapshot:
     # the request header whose value pins a session ("" for none).
     load_factor: float = 1.25
     session_header: str = "x-session-id"
+    cache_aware: CacheAwarePolicy = CacheAwarePolicy()
     retry: RetryPolicy = RetryPolicy()
     queue: QueuePolicy = QueuePolicy()
     health: Any = None  # router.core.health.HealthPolicy

@@ -55,12 +55,13 @@ def picks(sel: Selector, cands: list[Candidate], n: int, **kw: object) -> list[s
 
 
 def test_strategy_names() -> None:
-    """The four strategy names are exactly the documented ones."""
+    """The five strategy names are exactly the documented ones."""
     assert STRATEGIES == {
         "weighted_round_robin",
         "least_latency",
         "least_in_flight",
         "prefix_hash",
+        "cache_aware",
     }
 
 
@@ -547,16 +548,31 @@ def test_prefix_hash_a_larger_load_factor_keeps_prefixes_longer() -> None:
     assert hashed(Selector("prefix_hash", load_factor=2.0), hot, b"p") == owner  # bound 10
 
 
-def test_spilled_says_whether_the_last_pick_passed_the_keys_own_backend() -> None:
+def test_decision_says_whether_the_last_pick_passed_the_keys_own_backend() -> None:
     cands = names(4)
     sel = Selector("prefix_hash")
     owner = hashed(sel, cands, b"system prompt")
-    assert not sel.spilled
+    assert sel.decision == "owner"
     hot = [cand(c.spec.name, in_flight=8 if c.spec.name == owner else 5) for c in cands]
-    assert hashed(sel, hot, b"system prompt") != owner and sel.spilled
-    assert hashed(sel, cands, b"system prompt") == owner and not sel.spilled
+    assert hashed(sel, hot, b"system prompt") != owner and sel.decision == "spill"
+    assert hashed(sel, cands, b"system prompt") == owner and sel.decision == "owner"
     hashed(sel, hot, b"system prompt")
-    assert picks(sel, cands, 1) and not sel.spilled  # no key: smooth WRR, no spill
+    assert picks(sel, cands, 1) and sel.decision is None  # no key: smooth WRR, no decision
+
+
+def test_a_backends_reported_load_counts_while_fresh() -> None:
+    """A backend busy with other clients' requests (its /metrics says 9
+    running) is as loaded as if this process had sent them, until the report
+    goes stale."""
+    a, b = cand("a"), cand("b")
+    a.state.reported, a.state.reported_until = 9, NOW + 5
+    assert {Selector("least_in_flight").pick("m", [a, b], now=NOW).spec.name for _ in range(20)} == {"b"}
+    owner = hashed(Selector("prefix_hash"), [cand("a"), cand("b")], b"k")
+    for c in (a, b):
+        c.state.reported, c.state.reported_until = (9, NOW + 5) if c.spec.name == owner else (0, 0.0)
+    assert hashed(Selector("prefix_hash"), [a, b], b"k") != owner
+    a.state.reported_until = b.state.reported_until = NOW - 1  # stale: own counts only
+    assert hashed(Selector("prefix_hash"), [a, b], b"k") == owner
 
 
 def test_load_factor_below_one_is_refused() -> None:
