@@ -140,6 +140,9 @@ def _backend_row(spec, state, now: float) -> dict:
         "healthy": state.usable(now),
         "in_flight": state.in_flight,
         "ewma_ms": state.ewma_ms,
+        "reported_load": state.reported_load(now),
+        "kv_usage": state.kv_usage if state.reported_until > now else None,
+        "prompt_cache_hit_ratio": state.cache_hit_ratio,
     }
 
 
@@ -185,6 +188,12 @@ async def status(request: HttpRequest) -> HttpResponse:
         "revision": snap.revision,
         "uptime_s": round(time.time() - rt.started_at, 1),
         "strategy": snap.strategy,
+        # cache_aware: this process's index of prompt blocks (null otherwise).
+        "prefix_index": None if rt.prefix_index is None else {
+            "entries": len(rt.prefix_index),
+            "max_entries": rt.prefix_index.max_entries,
+            "replicas": rt.prefix_index.replicas(),
+        },
         "api_keys_mode": snap.api_keys_mode,
         "waiting": rt.waiting,  # requests queued for capacity (MIX-1)
         # How this process's snapshots were made: in place from the change log,

@@ -8,6 +8,14 @@ applies the healthy/unhealthy thresholds, stores the verdicts in the Redis
 hash `<prefix>health` and publishes the changes on that channel; every web
 process applies them at once. Passive circuit breaking happens in the web
 processes themselves.
+
+The same round reads each self-hosted OpenAI-compatible backend's own load
+every `health.load_interval` (GET `health.load_path`, /metrics: vLLM,
+SGLang, llama.cpp; router.core.loadreport) and publishes the reports on
+`<prefix>load`, good for three intervals. A backend whose answer holds no
+load is asked again only after NO_LOAD_RETRY_S; one whose prefix-cache
+counters went backwards restarted, and is announced as such (its prompt
+cache is gone).
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ from celery import shared_task
 
 from router import cluster
 from router.core.health import StateTable
+from router.core.loadreport import MAX_TEXT, LoadReport, parse
 from router.core.snapshot import EMPTY
-from router.providers import listed_models, probe_headers, probe_url
+from router.providers import listed_models, load_url, probe_headers, probe_url
 from router.redis import sync_client
-from router.runtime import health_key
+from router.runtime import health_key, load_key
 from router.selectors import refresh_snapshot
 from router.services import discovered_models_apply
 
@@ -34,6 +43,10 @@ log = logging.getLogger(__name__)
 
 _states = StateTable()
 _last_probe: dict[str, float] = {}
+_last_load: dict[str, float] = {}  # when each backend's load was last read
+_no_load_until: dict[str, float] = {}  # backends that publish none, until when we believe it
+_cache_queries: dict[str, float] = {}  # each one's prefix-cache query counter, last seen
+NO_LOAD_RETRY_S = 600.0
 # This process's view of the mirror, kept current from the change log;
 # without the requests-only parts (the keyring): this process serves no request.
 _snapshot = EMPTY
@@ -46,6 +59,22 @@ def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple
     except httpx.HTTPError:
         return False, b""
     return response.status_code < 500, response.content if response.status_code == 200 else b""
+
+
+def read_load(client: httpx.Client, url: str, headers: dict[str, str]) -> LoadReport | None:
+    """A backend's own load, or None when it publishes none (or did not answer)."""
+    try:
+        with client.stream("GET", url, headers=headers) as response:
+            if response.status_code != 200:
+                return None
+            text = bytearray()
+            for chunk in response.iter_bytes():
+                text += chunk
+                if len(text) > MAX_TEXT:  # not a load report we read
+                    return None
+    except httpx.HTTPError:
+        return None
+    return parse(bytes(text))
 
 
 @shared_task(name="router.probe_backends", ignore_result=True, expires=5)
@@ -77,10 +106,14 @@ def _probe_round() -> dict[str, bool]:
         if target is None or now - _last_probe.get(spec.name, 0.0) < policy.interval_s:
             continue
         due.append((spec.name, target, probe_headers(spec), spec.kind))
-    if not due:
+    loads = _due_loads(snap, policy, now)
+    if not due and not loads:
         return {}
     with httpx.Client(timeout=policy.timeout_s) as client, ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda d: (d[0], d[3], *probe_once(client, d[1], d[2])), due))
+        reports = list(pool.map(lambda d: (d[0], read_load(client, d[1], d[2])), loads))
+    if reports:
+        _publish_loads(reports, policy.load_interval_s, now)
     verdicts: dict[str, bool] = {}
     found: dict[str, list[str]] = {}
     for name, kind, ok, body in results:
@@ -94,6 +127,8 @@ def _probe_round() -> dict[str, bool]:
         verdicts[name] = state.probe_healthy
     if found:
         discovered_models_apply(found)
+    if not verdicts:
+        return verdicts
     redis = sync_client()
     try:
         redis.hset(health_key(), mapping={k: "1" if v else "0" for k, v in verdicts.items()})
@@ -101,3 +136,49 @@ def _probe_round() -> dict[str, bool]:
     except Exception as exc:
         log.warning("health verdicts not published: %s", type(exc).__name__)
     return verdicts
+
+
+def _due_loads(snap, policy, now: float) -> list[tuple[str, str, dict[str, str]]]:
+    """The backends whose load is due a read: (name, url, headers)."""
+    if not policy.load_path:
+        return []
+    if len(_last_load) > 2 * len(snap.backends) + 100:  # backends gone: forget what was kept of them
+        for table in (_last_load, _no_load_until, _cache_queries):
+            for name in [n for n in table if n not in snap.backends]:
+                del table[name]
+    due = []
+    for spec in snap.backends.values():
+        name = spec.name
+        if now - _last_load.get(name, -1e18) < policy.load_interval_s or _no_load_until.get(name, 0.0) > now:
+            continue
+        target = load_url(spec, policy.load_path)
+        if target is not None:
+            due.append((name, target, probe_headers(spec)))
+    return due
+
+
+def _publish_loads(reports: list[tuple[str, LoadReport | None]], interval_s: float, now: float) -> None:
+    """Announce what the backends reported (good for three intervals) and
+    which of them restarted."""
+    loads: dict[str, list] = {}
+    restarted: list[str] = []
+    for name, report in reports:
+        _last_load[name] = now
+        if report is None:
+            _no_load_until[name] = now + NO_LOAD_RETRY_S
+            _cache_queries.pop(name, None)
+            continue
+        _no_load_until.pop(name, None)
+        loads[name] = [report.load, report.kv_usage]
+        if report.cache_queries is not None:
+            before = _cache_queries.get(name)
+            if before is not None and report.cache_queries < before:
+                restarted.append(name)
+            _cache_queries[name] = report.cache_queries
+    if not loads and not restarted:
+        return
+    message = {"ttl": interval_s * 3, "load": loads, "restarted": restarted}
+    try:
+        sync_client().publish(load_key(), orjson.dumps(message))
+    except Exception as exc:
+        log.warning("load reports not published: %s", type(exc).__name__)

@@ -83,6 +83,16 @@ def probe_url(spec: BackendSpec, path: str) -> str | None:
     return provider_for(spec.kind).probe_url(spec, path)
 
 
+def load_url(spec: BackendSpec, path: str) -> str | None:
+    """Where `spec` publishes its own load (Prometheus text), if its provider
+    knows one (an optional provider method; OpenAI-compatible servers);
+    `path` is health.load_path ("" reads none)."""
+    if not path:
+        return None
+    method = getattr(provider_for(spec.kind), "load_url", None)
+    return method(spec, path) if method is not None else None
+
+
 def probe_headers(spec: BackendSpec) -> dict[str, str]:
     """The headers of the probe's GET to `spec` (its provider's auth)."""
     return provider_for(spec.kind).probe_headers(spec)
@@ -106,6 +116,7 @@ __all__ = [
     "PROVIDERS",
     "Provider",
     "listed_models",
+    "load_url",
     "path_of",
     "probe_headers",
     "probe_url",

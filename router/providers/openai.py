@@ -55,6 +55,9 @@ def request_body(env: Envelope, served: str) -> bytes:
     return orjson.dumps(body)
 
 
+_CLOUD_KINDS = frozenset({"openai_api", "seulgivibe_claude", "seulgivibe_openai"})
+
+
 class OpenAIProvider:
     """Every server that speaks the OpenAI HTTP API itself."""
 
@@ -82,6 +85,17 @@ class OpenAIProvider:
 
     def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
         return bearer_probe_headers(spec)
+
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        """Where a self-hosted server publishes its load: `path`
+        (health.load_path, `/metrics`) at the server's root, beside `/v1`, as
+        vLLM, SGLang and llama.cpp's server serve it. Cloud APIs publish none."""
+        if spec.kind in _CLOUD_KINDS:
+            return None
+        base = spec.url.rstrip("/")
+        if base.endswith("/v1"):
+            base = base[:-3]
+        return base + path
 
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         """Model ids from a `GET /v1/models` answer (`{"data": [{"id": …}]}`)."""
