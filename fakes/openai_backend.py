@@ -10,6 +10,12 @@ for the Responses API).  Every response carries `x-backend-name`; the reply
 text says "Hello from <name>." and `model` echoes the request (as vLLM does).
 Any model name is accepted; `models` is what /v1/models lists.
 
+Prompt cache and load, as vLLM reports them (fakes/kvcache.py): a chat
+prompt's leading 16-word blocks already seen (LRU) come back as
+`usage.prompt_tokens_details.cached_tokens`; `GET /metrics` publishes the
+requests running and waiting, the KV-cache usage and the prefix-cache
+counters under vLLM's metric names.
+
 Tool calls: when the request has `tools` and the last user message mentions
 "weather" (or `tool_choice` requires a tool), the reply is a tool call.
 `max_tokens` / `max_completion_tokens` / `max_output_tokens` no larger than
@@ -26,6 +32,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from .kvcache import PromptCache
 from .server import (
     FAKE_KEY,
     JSON_CT,
@@ -182,6 +189,7 @@ class _OpenAIFake:
             for m in self.models
         ]
         self.models_body = orjson.dumps({"object": "list", "data": self.models_list_data})
+        self.cache = PromptCache()
 
     # -- common --------------------------------------------------------------
 
@@ -237,6 +245,13 @@ class _OpenAIFake:
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        if not self.behavior.metrics:
+            return web.Response(status=404, text="404: Not Found")
+        b = self.behavior
+        text = self.cache.metrics(self.models[0] if self.models else "", b.waiting, b.extra_running)
+        return web.Response(body=text, content_type="text/plain", charset="utf-8")
+
     # -- chat completions -------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -250,7 +265,9 @@ class _OpenAIFake:
         model = data["model"]
         created = int(time.time())
         cid = self.ids("chatcmpl-")
-        prompt_tokens = count_tokens(*messages_text(messages))
+        words = " ".join(t for t in messages_text(messages) if isinstance(t, str)).split()
+        prompt_tokens = max(len(words), 1)
+        cached_tokens = self.cache.serve(words)
         tool = _pick_tool(
             data.get("tools"),
             data.get("tool_choice"),
@@ -269,7 +286,7 @@ class _OpenAIFake:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
             "completion_tokens_details": {"reasoning_tokens": 0},
         }
 
@@ -659,7 +676,17 @@ def make_app(
 ) -> web.Application:
     """The fake OpenAI-compatible backend.  `requests=None` records nothing."""
     fake = _OpenAIFake(name, models, behavior if behavior is not None else Behavior(), requests)
-    app = web.Application(client_max_size=MAX_BODY, middlewares=fake.faults.middlewares)
+    @web.middleware
+    async def running(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST":
+            return await handler(request)
+        fake.cache.running += 1
+        try:
+            return await handler(request)
+        finally:
+            fake.cache.running -= 1
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[running, *fake.faults.middlewares])
 
     async def add_name(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["x-backend-name"] = name
@@ -670,6 +697,7 @@ def make_app(
     r.add_get("/v1/models", fake.models_list)
     r.add_get("/v1/models/{model:.+}", fake.model_get)
     r.add_get("/health", fake.health)
+    r.add_get("/metrics", fake.metrics)
     r.add_post("/v1/chat/completions", fake.chat)
     r.add_post("/v1/completions", fake.completions)
     r.add_post("/v1/embeddings", fake.embeddings)

@@ -129,6 +129,11 @@ class Behavior:
     die_after_chunks: int | None = None  # abort the connection after k frames
     hang: bool = False  # never answer (until the client or stop() ends it)
     chunks: int = 5  # content pieces a reply has (stream frames with content)
+    # What /metrics reports beyond the requests this fake is answering: other
+    # clients' requests running and waiting there; `metrics` False answers 404.
+    extra_running: int = 0
+    waiting: int = 0
+    metrics: bool = True
 
     def reset(self) -> None:
         fresh = Behavior()
