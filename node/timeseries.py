@@ -3,7 +3,7 @@ drainers write (router/timeseries.py: the layout of the Redis hashes).
 
 `series(metric, window, by, filter)` reads the buckets of one window (one
 pipelined HGETALL per bucket, plus the bucket's observed min and max for a
-latency plot) and shapes them for a plot: totals or one series per value,
+latency or TTFT plot) and shapes them for a plot: totals or one series per value,
 the top TOP by volume and the rest summed into `other`. Nothing here writes.
 
 Invariant: a percentile lies within [min, max] of what its group observed
@@ -79,7 +79,7 @@ def read_buckets(
     """Per bucket: {value: {code: count}}, and for a histogram family
     {value: (min ms, max ms)} of the values that recorded their extremes
     (one round trip: an HGETALL per bucket, two ZRANGEs more for a histogram)."""
-    spans = family in "lf"
+    spans = family in ("l", "f")
     pipe = client.pipeline(transaction=False)
     for bucket in buckets:
         pipe.hgetall(key(res, bucket, dim, family))
