@@ -2,9 +2,14 @@
 drainers write (router/timeseries.py: the layout of the Redis hashes).
 
 `series(metric, window, by, filter)` reads the buckets of one window (one
-pipelined HGETALL per bucket) and shapes them for a plot: totals or one
-series per value, the top TOP by volume and the rest summed into `other`.
-Nothing here writes.
+pipelined HGETALL per bucket, plus the bucket's observed min and max for a
+latency or TTFT plot) and shapes them for a plot: totals or one series per value,
+the top TOP by volume and the rest summed into `other`. Nothing here writes.
+
+Invariant: a percentile lies within [min, max] of what its group observed
+in its bucket whenever every value of the group recorded its extremes
+(buckets written before the extremes existed are interpolated in their bin
+as before).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from router.timeseries import DIMS, EDGES_MS, MINUTE, OTHER, ROLLUP, STATUS_CODES, Counts, key
+from router.timeseries import DIMS, EDGES_MS, MAX, MIN, MINUTE, OTHER, ROLLUP, STATUS_CODES, UNKNOWN, Counts, key
 
 WINDOWS = {"15m": (MINUTE, 15), "1h": (MINUTE, 60), "24h": (ROLLUP, 288)}
 TOP = 7  # series drawn; the rest are summed into `other`
@@ -29,50 +34,82 @@ METRICS = {
     "speed": "tokens/s",
 }
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+# What a series of the values written as UNKNOWN is called: no model label
+# reaches a request refused before admission, no backend one not routed.
+UNKNOWN_LABELS = {"model": "refused before routing", "backend": "not routed"}
+
+Span = tuple[float, float]  # observed (min ms, max ms)
 
 
-def percentile(hist: Mapping[int, int], q: float) -> float | None:
-    """The q-quantile of a binned sample, interpolated linearly in its bin
-    (the overflow bin reports its lower edge)."""
-    total = sum(hist.values())
+def percentile(hist: Mapping[int, int], q: float, span: Span | None = None) -> float | None:
+    """The q-quantile of a binned sample, interpolated linearly in its bin.
+    With the sample's observed `span` the bin is first narrowed to it, so
+    the answer never leaves [min, max]; without it the overflow bin reports
+    its lower edge."""
+    total = sum(n for n in hist.values() if n > 0)
     if total <= 0:
         return None
     rank = q * total
     seen = 0
+    found = float(EDGES_MS[-1])
     for i in sorted(hist):
         n = hist[i]
         if n <= 0:
             continue
         if seen + n >= rank:
-            lo = EDGES_MS[i - 1] if i > 0 else 0.0
-            if i >= len(EDGES_MS):
-                return float(lo)
-            return lo + (EDGES_MS[i] - lo) * (rank - seen) / n
+            lo = float(EDGES_MS[i - 1]) if i > 0 else 0.0
+            hi = float(EDGES_MS[i]) if i < len(EDGES_MS) else (span[1] if span else lo)
+            if span is not None:
+                lo, hi = max(lo, span[0]), min(hi, span[1])
+                hi = max(hi, lo)  # extremes from another bin (a mixed old/new bucket)
+            found = lo + (hi - lo) * (rank - seen) / n
+            break
         seen += n
-    return float(EDGES_MS[-1])
+    if span is not None:
+        found = min(max(found, span[0]), span[1])
+    return found
 
 
 FAMILY = {"requests": "n", "errors": "n", "tokens": "n", "speed": "n", "latency": "l", "ttft": "f"}
 
 
-def read_buckets(client: Any, res: int, buckets: list[int], dim: str, family: str) -> list[dict[str, Counts]]:
-    """Per bucket: {value: {code: count}} (one pipelined HGETALL per bucket)."""
+def read_buckets(
+    client: Any, res: int, buckets: list[int], dim: str, family: str
+) -> tuple[list[dict[str, Counts]], list[dict[str, Span]]]:
+    """Per bucket: {value: {code: count}}, and for a histogram family
+    {value: (min ms, max ms)} of the values that recorded their extremes
+    (one round trip: an HGETALL per bucket, two ZRANGEs more for a histogram)."""
+    spans = family in ("l", "f")
     pipe = client.pipeline(transaction=False)
     for bucket in buckets:
         pipe.hgetall(key(res, bucket, dim, family))
-    out: list[dict[str, Counts]] = []
-    for raw in pipe.execute():
+        if spans:
+            pipe.zrange(key(res, bucket, dim, MIN), 0, -1, withscores=True)
+            pipe.zrange(key(res, bucket, dim, MAX), 0, -1, withscores=True)
+    replies = pipe.execute()
+    step = 3 if spans else 1
+    rows: list[dict[str, Counts]] = []
+    extremes: list[dict[str, Span]] = []
+    for at in range(0, len(replies), step):
         values: dict[str, Counts] = defaultdict(dict)
-        for field, n in raw.items():
+        for field, n in replies[at].items():
             value, _, code = field.decode().rpartition("|")
             values[value][code] = int(n)
-        out.append(values)
-    return out
+        rows.append(values)
+        found: dict[str, Span] = {}
+        if spans:
+            lows = {m.decode(): s for m, s in replies[at + 1]}
+            for member, high in replies[at + 2]:
+                value, _, of = member.decode().rpartition("|")
+                if of == family:
+                    found[value] = (lows.get(member.decode(), 0.0), high)
+        extremes.append(found)
+    return rows, extremes
 
 
 def _weight(metric: str, counts: Counts) -> int:
     if metric in ("latency", "ttft"):
-        return sum(counts.values())  # the histogram's samples
+        return sum(counts.values())  # the histogram's samples (its hash holds nothing else)
     if metric in ("tokens", "speed"):
         return counts.get("to", 0)
     if metric == "errors":
@@ -89,7 +126,20 @@ def _hist(counts: Counts, prefix: str) -> dict[int, int]:
     return {int(c[1:]): n for c, n in counts.items() if c[0] == prefix and c[1:].isdigit()}
 
 
-def _points(metric: str, counts: Counts, res: int, split: bool) -> dict[str, float | None]:
+_NONE_YET: Any = object()  # a group's span before its first value
+
+
+def _widen(had: Span | None, span: Span | None) -> Span | None:
+    """A group's span over one more value; unknown (None) once any of its
+    values has samples but no recorded extremes."""
+    if had is _NONE_YET:
+        return span
+    if had is None or span is None:
+        return None
+    return (min(had[0], span[0]), max(had[1], span[1]))
+
+
+def _points(metric: str, counts: Counts, res: int, split: bool, span: Span | None = None) -> dict[str, float | None]:
     """The plotted values of one group in one bucket, by series suffix: the
     totals split by status class / percentile, or one value per group."""
     if metric == "requests":
@@ -105,8 +155,8 @@ def _points(metric: str, counts: Counts, res: int, split: bool) -> dict[str, flo
         return {"": counts.get("to", 0) * 1000 / spent if spent else None}
     hist = _hist(counts, "l" if metric == "latency" else "f")
     if not split:
-        return {"p95": percentile(hist, 0.95)}
-    return {name: percentile(hist, q) for name, q in PERCENTILES}
+        return {"p95": percentile(hist, 0.95, span)}
+    return {name: percentile(hist, q, span) for name, q in PERCENTILES}
 
 
 def series(
@@ -119,13 +169,16 @@ def series(
     now: float | None = None,
     top: int = TOP,
 ) -> dict[str, Any]:
-    """{"t", "series": [{"label", "values", "total"}], "unit", "step"} for the
+    """{"t", "series": [{"label", "key", "values", "total"}], "unit", "step"} for the
     dashboard's plots. Without `by`: one series of the totals (errors split
     4xx/5xx, latency and TTFT as p50/p95/p99); with `by`: one series per
     value (errors 4xx+5xx, latency and TTFT p95), the top `top` by volume
     with the rest summed into `other`. `filter` selects one value of one
     dimension; with `by` it must name the same dimension (the hashes keep
     each dimension apart).
+    `key` is the series' value (the stored one: `-` for UNKNOWN, which its
+    label spells out) with a breakdown, else null: what a plot colours by,
+    so one backend has one colour on every plot.
     `total` is the series' count over the window for rates (requests,
     errors, tokens out), else null."""
     if metric not in METRICS:
@@ -145,7 +198,7 @@ def series(
     last = int((now if now is not None else time.time()) // res) * res
     ts = [last - (n - 1 - i) * res for i in range(n)]
     dim = by or next(iter(wanted), "node")
-    rows = read_buckets(client, res, ts, dim, FAMILY[metric])
+    rows, spans = read_buckets(client, res, ts, dim, FAMILY[metric])
     if wanted:
         rows = [{v: c for v, c in row.items() if v == wanted[dim]} for row in rows]
 
@@ -161,23 +214,29 @@ def series(
         keep = ranked if len(ranked) + overflow <= top else ranked[: top - 1]
         groups = [*keep, OTHER] if overflow or len(keep) < len(ranked) else keep  # `other` drawn last
     columns: dict[str, list[float | None]] = {}
+    keys: dict[str, str | None] = {}
     for i, row in enumerate(rows):
         merged: dict[str, Counts] = {g: {} for g in groups}
+        widest: dict[str, Span | None] = {}
         for value, counts in row.items():
             group = "" if by is None else (value if value in merged else OTHER)
             if group in merged:
                 _merge(merged[group], counts)
+                widest[group] = _widen(widest.get(group, _NONE_YET), spans[i].get(value))
         for group, counts in merged.items():
-            for suffix, point in _points(metric, counts, res, by is None).items():
-                label = " ".join(p for p in (group, suffix) if p) or metric
+            span = widest.get(group)
+            for suffix, point in _points(metric, counts, res, by is None, span).items():
+                name = UNKNOWN_LABELS.get(dim, group) if group == UNKNOWN else group
+                label = " ".join(p for p in (name, suffix) if p) or metric
                 columns.setdefault(label, [None] * len(rows))[i] = point
+                keys[label] = group or None
     out = []
     for label, values in columns.items():
         rate = metric in ("requests", "errors", "tokens")
         if rate:
             values = [0.0 if v is None else v for v in values]
         total = round(sum(values) * res) if rate else None  # type: ignore[arg-type]
-        out.append({"label": label, "values": [_rounded(v) for v in values], "total": total})
+        out.append({"label": label, "key": keys[label], "values": [_rounded(v) for v in values], "total": total})
     return {"t": ts, "series": out, "unit": METRICS[metric], "step": res}
 
 

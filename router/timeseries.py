@@ -18,6 +18,17 @@ latency / TTFT histogram bins `l<i>` / `f<i>` over the fixed EDGES_MS. A
 plot reads one family of one dimension (the families are apart so a rate
 plot never parses histogram fields).
 
+Beside the histograms, the observed extremes, because a 1-2-5 bin is wide
+(a p99 interpolated in the 2–5 s bin can lie far above the slowest request):
+
+    <prefix>ts:<res>:<bucket epoch s>:<dim>:max   sorted set, member "<value>|l" or "<value>|f", score ms
+    <prefix>ts:<res>:<bucket epoch s>:<dim>:min   the same, the smallest
+
+written with ZADD GT / ZADD LT, so every process and node merges into the
+bucket's true max / min without a read (one ZADD per hash per batch, all
+its values in it). The reader clamps each percentile to [min, max]; a bucket
+written before the extremes existed has none and is read as before.
+
 Cardinality: model values are the bounded metric label (router.observe),
 backend values operator names, node values node ids; on top of that each
 process admits at most VALUE_CAP distinct values per dimension per
@@ -29,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -53,8 +65,12 @@ UNKNOWN = "-"
 EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000)
 STATUS_CODES = ("s2", "s3", "s4", "s5", "s0")
 
+SPANS = (("l", "latency_ms"), ("f", "ttft_ms"))  # histogram family, observation field
+MAX, MIN = "max", "min"  # the extremes' families: sorted sets, not hashes
+
 Counts = dict[str, int]  # "<value>|<code>" → increment
-Batch = dict[tuple[int, int, str, str], Counts]  # (res, bucket, dim, family) → counts
+# (res, bucket, dim, family) → counts; for MAX / MIN: "<value>|<l|f>" → ms
+Batch = dict[tuple[int, int, str, str], dict[str, float]]
 
 # Values admitted per (prefix, 5-minute bucket, dim) by this process.
 _admitted: dict[tuple[str, int, str], set[str]] = {}
@@ -129,10 +145,12 @@ class Aggregate:
     per-observation work is one tuple and a few dict increments; values are
     capped and expanded per distinct (minute, model, backend) in `batch()`."""
 
-    __slots__ = ("combos",)
+    __slots__ = ("combos", "spans")
 
     def __init__(self) -> None:
         self.combos: dict[tuple[int, object, object], Counts] = {}
+        # (combo, "l" | "f") → [min ms, max ms]
+        self.spans: dict[tuple[tuple[int, object, object], str], list[float]] = {}
 
     def add(self, obs: Mapping[str, Any]) -> None:
         """Never raises: a malformed observation is skipped."""
@@ -145,25 +163,43 @@ class Aggregate:
                 counts = self.combos[combo] = {}
             for code, n in _codes(obs).items():
                 counts[code] = counts.get(code, 0) + n
+            for family, name in SPANS:
+                ms = obs.get(name)
+                if isinstance(ms, int | float) and math.isfinite(ms):
+                    span = self.spans.get((combo, family))
+                    if span is None:
+                        self.spans[(combo, family)] = [ms, ms]
+                    elif ms > span[1]:
+                        span[1] = ms
+                    elif ms < span[0]:
+                        span[0] = ms
         except Exception:  # bookkeeping never takes the drainer down
             log.exception("observation not aggregated")
 
     def batch(self) -> Batch:
         batch: Batch = {}
         node = settings.ROUTER_NODE_ID
-        for (minute, label, provider), counts in self.combos.items():
+        for combo, counts in self.combos.items():
+            minute, label, provider = combo
             rollup = minute // ROLLUP * ROLLUP
             values = (
                 ("node", _admit(rollup, "node", node)),
                 ("model", _admit(rollup, "model", label)),
                 ("backend", _admit(rollup, "backend", provider)),
             )
+            spans = [(f, s) for f, _ in SPANS if (s := self.spans.get((combo, f))) is not None]
             for res, bucket in ((MINUTE, minute), (ROLLUP, rollup)):
                 for dim, value in values:
                     for code, n in counts.items():
                         into = batch.setdefault((res, bucket, dim, _family(code)), {})
                         field = f"{value}|{code}"
                         into[field] = into.get(field, 0) + n
+                    for family, (low, high) in spans:
+                        field = f"{value}|{family}"
+                        top = batch.setdefault((res, bucket, dim, MAX), {})
+                        top[field] = max(top.get(field, high), high)
+                        bottom = batch.setdefault((res, bucket, dim, MIN), {})
+                        bottom[field] = min(bottom.get(field, low), low)
         return batch
 
 
@@ -176,12 +212,18 @@ def aggregate(items: Iterable[Mapping[str, Any]]) -> Batch:
 
 
 def add(pipe: Any, batch: Batch | Aggregate) -> None:
-    """Queue the batch's increments and TTLs on a (sync or async) pipeline."""
+    """Queue the batch's increments, extremes and TTLs on a (sync or async)
+    pipeline."""
     if isinstance(batch, Aggregate):
         batch = batch.batch()
     ttls = dict(RESOLUTIONS)
     for (res, bucket, dim, family), counts in batch.items():
         name = key(res, bucket, dim, family)
-        for field, n in counts.items():
-            pipe.hincrby(name, field, n)
+        if family == MAX:
+            pipe.zadd(name, counts, gt=True)  # merged by max across writers
+        elif family == MIN:
+            pipe.zadd(name, counts, lt=True)
+        else:
+            for field, n in counts.items():
+                pipe.hincrby(name, field, n)
         pipe.expire(name, ttls[res])

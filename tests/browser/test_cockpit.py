@@ -5,6 +5,8 @@ joining the cluster view."""
 
 from __future__ import annotations
 
+import openai
+import pytest
 from playwright.sync_api import expect
 
 from config.namespace import node_id
@@ -12,6 +14,36 @@ from tests.browser.nodes import MODEL
 from tests.support.routerproc import wait_until
 
 DRAWN_S = 30_000  # ms: the drainer writes every 0.25 s, a plot refreshes every 10 s
+
+
+# Records the text every canvas draws, by the id of its plot (axis labels
+# and tick values are drawn, not in the DOM).
+CANVAS_TEXT = """
+(() => {
+  const fillText = CanvasRenderingContext2D.prototype.fillText;
+  window.__canvasText = {};
+  CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+    const chart = this.canvas.closest(".chart");
+    if (chart) (window.__canvasText[chart.id] = window.__canvasText[chart.id] || []).push(String(text));
+    return fillText.call(this, text, ...rest);
+  };
+})();
+"""
+
+
+def _legend(page, selector: str) -> list[tuple[str, str, str]]:
+    """(label, shown value, marker colour) of each legend row, the x row first."""
+    return [
+        tuple(row)
+        for row in page.eval_on_selector_all(
+            f"{selector} .u-legend .u-series",
+            """rows => rows.map(r => [
+                (r.querySelector('.u-label') || {}).textContent || '',
+                (r.querySelector('.u-value') || {}).textContent || '',
+                r.querySelector('.u-marker') ? getComputedStyle(r.querySelector('.u-marker')).borderColor : '',
+            ])""",
+        )
+    ]
 
 
 def _drawn_points(page, selector: str) -> int:
@@ -32,18 +64,52 @@ def test_the_charts_plot_the_requests_the_sdk_sent(page, node, backends):
         )
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert all(r.usage and r.usage.completion_tokens > 0 for r in replies)
+    # One refused before routing: a series of its own, last by volume on the
+    # request plot and alone on the error plot, so its colour cannot follow
+    # its position.
+    with node.client("sk-not-a-key") as stranger, pytest.raises(openai.AuthenticationError):
+        stranger.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "refused"}])
 
+    page.add_init_script(CANVAS_TEXT)
     page.goto(node.url + "/dashboard/charts/?window=15m")
     for name in ("requests", "latency", "tokens"):
         assert _drawn_points(page, f"#chart-{name}") > 0, name
     # uPlot draws into a canvas.
     expect(page.locator("#chart-requests canvas").first).to_be_visible()
+    # The header says the plots are live (they refresh), not "static".
+    expect(page.locator("#live-status")).to_contain_text("live · plots", timeout=DRAWN_S)
 
-    # Broken down per backend, the legend names the backends that served them.
+    # Without a hover, the legend shows the newest values, with their unit.
+    units = {"requests": ("req/s",), "latency": ("ms", "s"), "tokens": ("tokens/s",)}
+    for name, allowed in units.items():
+        legend = _legend(page, f"#chart-{name}")
+        assert legend[0][1].endswith("(latest)"), legend
+        assert legend[1:] and all(v != "–" and v.split(" ", 1)[1] in allowed for _, v, _ in legend[1:]), legend
+        # The y axis names its unit: uPlot draws the label into the canvas.
+        drawn = page.evaluate("id => window.__canvasText[id] || []", f"chart-{name}")
+        unit = page.locator(f"#chart-{name}").get_attribute("data-unit")
+        assert unit in allowed and unit in drawn, (name, unit, drawn)
+
+    # Hovering shows the bucket under the cursor; leaving brings the newest back.
+    page.hover("#chart-requests .u-over", position={"x": 5, "y": 5})
+    expect(page.locator("#chart-requests .u-legend .u-series").first).not_to_contain_text("(latest)")
+    page.mouse.move(0, 0)
+    expect(page.locator("#chart-requests .u-legend .u-series").first).to_contain_text("(latest)")
+
+    # Broken down per backend, the legend names the backends that served them
+    # and the refused request readably, each in one colour on every plot and
+    # no two alike on one plot.
     page.goto(node.url + "/dashboard/charts/?window=15m&by=backend")
-    assert _drawn_points(page, "#chart-requests") > 0
-    legend = page.locator("#chart-requests .u-legend").text_content() or ""
-    assert any(name in legend for name in backends), legend
+    for name in ("requests", "latency", "errors"):
+        assert _drawn_points(page, f"#chart-{name}") > 0, name
+    rates = {label: colour for label, _, colour in _legend(page, "#chart-requests")[1:]}
+    p95s = {label.removesuffix(" p95"): colour for label, _, colour in _legend(page, "#chart-latency")[1:]}
+    errors = {label: colour for label, _, colour in _legend(page, "#chart-errors")[1:]}
+    served = set(rates) & set(backends)
+    assert served and set(rates) == served | {"not routed"} and set(errors) == {"not routed"}, (rates, errors)
+    assert {b: rates[b] for b in rates} == {b: p95s[b] for b in rates}
+    assert errors["not routed"] == rates["not routed"]
+    assert len(set(rates.values())) == len(rates), rates
 
 
 def test_a_keys_usage_rises_after_its_requests(page, node):

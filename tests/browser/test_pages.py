@@ -14,6 +14,7 @@ from tests.browser.nodes import MODEL
 from tests.support.routerproc import wait_until
 
 LIVE = re.compile(r"^live · revision \d+ · \d\d:\d\d:\d\d UTC$")  # set only after a poll of live.json answered
+PLOTS = re.compile(r"^live · plots · \d\d:\d\d:\d\d UTC$")  # set only after a plot loaded
 
 
 def nav_links(page) -> list[tuple[str, str]]:
@@ -26,10 +27,14 @@ def nav_links(page) -> list[tuple[str, str]]:
 
 def expect_live(page) -> None:
     """A page with live regions shows "live · revision N · hh:mm:ss UTC" once
-    a poll answered; one without says "static"."""
+    a poll answered; one with plots only, "live · plots · hh:mm:ss UTC" once
+    a plot loaded (they refresh); one with neither says "static"."""
     status = page.locator("#live-status")
     if page.locator("[data-live]").count():
         expect(status).to_have_text(LIVE, timeout=20_000)
+        expect(status).to_have_class("live")
+    elif page.locator("[data-chart-src]").count():
+        expect(status).to_have_text(PLOTS, timeout=20_000)
         expect(status).to_have_class("live")
     else:
         expect(status).to_have_text("static")

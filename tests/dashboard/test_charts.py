@@ -82,6 +82,36 @@ def test_json_serves_the_drained_observations(staff):
     assert len(p50) == 1 and 20 <= p50[0] <= 50  # 30 ms lies in the 20–50 ms bin
 
 
+def test_json_series_carry_their_value_and_name_the_unrouted_ones(staff):
+    """A breakdown's series carry the stored value as `key` (the plot colours
+    by it); requests refused before routing are named, not `-`."""
+    drain_through(obs("chat", "vllm-a", 200, 80.0), obs("-", None, 401, 2.0), obs("chat", None, 503, 3.0))
+    by_backend = staff.get("/dashboard/charts/requests.json?window=15m&by=backend").json()
+    assert {s["label"]: (s["key"], s["total"]) for s in by_backend["series"]} == {
+        "vllm-a": ("vllm-a", 1),
+        "not routed": ("-", 2),
+    }
+    by_model = staff.get("/dashboard/charts/latency.json?window=15m&by=model").json()
+    assert {s["label"]: s["key"] for s in by_model["series"]} == {"chat p95": "chat", "refused before routing p95": "-"}
+    totals = staff.get("/dashboard/charts/latency.json?window=15m").json()
+    assert [(s["label"], s["key"]) for s in totals["series"]] == [("p50", None), ("p95", None), ("p99", None)]
+    # the stored value still selects the series
+    one = staff.get("/dashboard/charts/requests.json?window=15m&backend=-").json()
+    assert one["series"][0]["total"] == 2
+
+
+def test_json_percentiles_stay_within_the_slowest_and_fastest_request(staff):
+    """The trial's case through the view: p99 of 97 requests near 300 ms and
+    three between 2 and 2.7 s is not above 2.7 s (the bins alone said 4 s)."""
+    drain_through(
+        *[obs(latency_ms=300.0 + i) for i in range(97)], *[obs(latency_ms=ms) for ms in (2001.0, 2300.0, 2700.0)]
+    )
+    body = staff.get("/dashboard/charts/latency.json?window=15m").json()
+    found = {s["label"]: [v for v in s["values"] if v is not None] for s in body["series"]}
+    assert [len(v) for v in found.values()] == [1, 1, 1], found
+    assert 300.0 <= found["p50"][0] <= 500.0 and 2000.0 <= found["p99"][0] <= 2700.0, found
+
+
 def test_redis_down_is_a_503_the_plot_shows_as_an_error(staff, monkeypatch):
     import redis
     from redis.backoff import NoBackoff
@@ -104,8 +134,6 @@ backends:
 health:
   enabled: false
 """
-
-
 
 
 def test_end_to_end_sdk_requests_appear_in_the_charts(request, openai_backends, router_factory):

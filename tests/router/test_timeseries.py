@@ -130,6 +130,24 @@ def test_counts_tokens_and_status_classes_per_bucket_and_dimension():
             ttl = client.ttl(timeseries.key(res, bucket, dim, family))
             assert 0 < ttl <= (timeseries.MINUTE_TTL if res == 60 else timeseries.ROLLUP_TTL)
             assert ttl > (timeseries.MINUTE_TTL if res == 60 else timeseries.ROLLUP_TTL) - 120
+    # beside each histogram, the observed extremes per value: latency "l", TTFT "f"
+    spans: dict[tuple[int, int, str], dict[str, list[float]]] = {}
+    for o in items:
+        for res in (60, 300):
+            for dim, value in {"node": node, "model": o["label"], "backend": o["provider"]}.items():
+                for family, ms in (("l", o["latency_ms"]), ("f", o["ttft_ms"])):
+                    if ms is not None:
+                        span = spans.setdefault((res, int(o["ts"] // res) * res, dim), {}).setdefault(
+                            f"{value}|{family}", [ms, ms]
+                        )
+                        span[:] = [min(span[0], ms), max(span[1], ms)]
+    for (res, bucket, dim), extremes in spans.items():
+        for family, side in (("min", 0), ("max", 1)):
+            name = timeseries.key(res, bucket, dim, family)
+            stored = {m.decode(): s for m, s in client.zrange(name, 0, -1, withscores=True)}
+            assert stored == {field: span[side] for field, span in extremes.items()}, (res, dim, family)
+            assert 0 < client.ttl(name) <= (timeseries.MINUTE_TTL if res == 60 else timeseries.ROLLUP_TTL)
+            keys.add(name)
     # nothing else was written under the prefix
     written = {k.decode() for k in client.scan_iter(match=django_settings.ROUTER_REDIS_PREFIX + "ts:*")}
     assert written == keys
@@ -228,7 +246,9 @@ def test_caps_hold_under_ten_thousand_distinct_values():
     client = sync_client()
     for dim in ("model", "backend"):
         for name in client.scan_iter(match=f"{django_settings.ROUTER_REDIS_PREFIX}ts:*:{dim}:*"):
-            values = {f.decode().rpartition("|")[0] for f in client.hkeys(name)}
+            kind = client.type(name)
+            fields = client.hkeys(name) if kind == b"hash" else client.zrange(name, 0, -1)
+            values = {f.decode().rpartition("|")[0] for f in fields}
             assert len(values) <= timeseries.VALUE_CAP + 1, (name, len(values))
             assert "other" in values or len(values) <= timeseries.VALUE_CAP
         result = reader.series("requests", "1h", by=dim)
