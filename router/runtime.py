@@ -391,7 +391,11 @@ class Runtime:
                 continue
             load, kv = report
             if isinstance(load, int) and load >= 0:
-                state = self.states.get(name)
+                state = self.states.peek(name)
+                if state is None:
+                    if not load:  # an idle backend without a state stays without one (see _probed)
+                        continue
+                    state = self.states.get(name)
                 state.reported = load
                 state.reported_until = until
                 state.kv_usage = float(kv) if isinstance(kv, (int, float)) else None
