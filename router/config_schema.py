@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions, yaml_quick
 from .core.ipnets import parse_networks
-from .providers import COMMAND_KINDS, KINDS
+from .providers import COMMAND_KINDS, KINDS, RESPONSES_KINDS
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -98,6 +98,9 @@ class BackendConfig(_Strict):
     read_timeout: float = Field(default=600.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
     cli: CliConfig | None = None  # required when kind is cli, refused otherwise
+    # OpenAI-compatible kinds only: /v1/responses passed through, bridged
+    # through chat, or passed through until a 404/405 says it is not served.
+    responses: Literal["native", "bridge", "auto"] = "auto"
 
     @field_validator("url")
     @classmethod
@@ -130,6 +133,15 @@ class BackendConfig(_Strict):
             return self
         if self.cli is not None:
             raise ValueError("cli: only a backend of kind cli runs a command")
+        return self
+
+    @model_validator(mode="after")
+    def _responses(self) -> BackendConfig:
+        if "responses" in self.model_fields_set and self.kind not in RESPONSES_KINDS:
+            raise ValueError(
+                f"responses: only an OpenAI-compatible backend chooses how it serves /v1/responses; "
+                f"kind {self.kind} always serves it one way (see docs/configuration.md)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -83,6 +83,7 @@ def _spec(row: Any) -> BackendSpec:
         read_timeout=row.read_timeout,
         headers=headers,
         cli=_cli(row),
+        responses=str((row.extra or {}).get("responses") or "auto"),
     )
 
 
