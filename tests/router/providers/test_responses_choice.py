@@ -111,7 +111,7 @@ def test_a_first_streamed_call_is_bridged_too(fakes) -> None:
     server = server_thread("llama-2", ["llama"], responses_status=404).start()
     proc = None
     try:
-        config = "backends:\n  - {name: l2, url: '%s', models: [llama]}\nhealth: {enabled: false}\n" % server.url
+        config = f"backends:\n  - name: l2\n    url: {server.url}\n    models: [llama]\nhealth: {{enabled: false}}\n"
         proc = RouterProc(config).start()
         client = openai.OpenAI(base_url=proc.url + "/v1", api_key="k", max_retries=0, timeout=30)
         text, kinds = streamed_text(client, "llama")
