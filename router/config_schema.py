@@ -229,6 +229,34 @@ class PrefixHashConfig(_Strict):
         return v.lower()
 
 
+class PromptConfig(_Strict):
+    """One global prompt, or an override of one (docs/configuration.md):
+    inline `text` or a `file` (read by the config writer; relative to the
+    YAML's directory), and how it meets the client's own system prompt."""
+
+    text: str | None = None
+    file: str | None = Field(default=None, min_length=1)
+    mode: Literal["prepend", "append", "replace"] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PromptConfig:
+        if self.text is not None and self.file is not None:
+            raise ValueError("text and file: give the prompt inline or in a file, not both")
+        return self
+
+
+class GlobalPromptsConfig(PromptConfig):
+    models: dict[str, PromptConfig] = Field(default_factory=dict)
+    backends: dict[str, PromptConfig] = Field(default_factory=dict)
+
+    def entries(self) -> list[tuple[str, PromptConfig]]:
+        """Every prompt entry with its key path (for files and errors)."""
+        out: list[tuple[str, PromptConfig]] = [("global_prompts", self)]
+        out += [(f"global_prompts.models.{name}", entry) for name, entry in self.models.items()]
+        out += [(f"global_prompts.backends.{name}", entry) for name, entry in self.backends.items()]
+        return out
+
+
 class RouterFile(_Strict):
     backends: list[BackendConfig] = Field(default_factory=list)
     selection_strategy: Literal["weighted_round_robin", "least_latency", "least_in_flight", "prefix_hash"] = (
@@ -241,6 +269,7 @@ class RouterFile(_Strict):
     api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    global_prompts: GlobalPromptsConfig = Field(default_factory=GlobalPromptsConfig)
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None
