@@ -18,7 +18,8 @@ The reply says "Hello from <name>. This is a demo reply." in
 (`stop_reason: max_tokens`), a stop sequence that occurs in it cuts it
 (`stop_sequence`). Tool use: when `tools` are given and the last user turn
 (not a tool result) mentions "weather", or `tool_choice` is any/tool, the reply
-is one `tool_use` block. `thinking` adds a thinking block first. A last user
+is one `tool_use` block. `thinking` adds a thinking block first (streamed
+as several `thinking_delta`s, then its `signature_delta`). A last user
 text containing "overload-mid-stream" streams one text delta and then an
 `error` event (overloaded_error).
 """
@@ -539,8 +540,10 @@ def _deltas(block: dict, pieces: list[str]) -> list[dict]:
     if block["type"] == "tool_use":
         parts = split_text(orjson.dumps(block["input"]).decode(), 3)
         return [{"type": "input_json_delta", "partial_json": part} for part in parts]
+    # Anthropic streams a thinking block as many thinking_delta events and
+    # one signature_delta just before its content_block_stop.
     return [
-        {"type": "thinking_delta", "thinking": block["thinking"]},
+        *({"type": "thinking_delta", "thinking": part} for part in split_text(block["thinking"], 3)),
         {"type": "signature_delta", "signature": block["signature"]},
     ]
 

@@ -34,7 +34,8 @@ after a functionResponse the reply is text. Safety: a user text containing
 `blocked-prompt` gets `promptFeedback.blockReason: SAFETY` and no candidates;
 `unsafe-reply` gets a candidate with finishReason SAFETY and no content.
 A thinking budget above 0 reports `thoughtsTokenCount`, and
-`includeThoughts` adds a `thought: true` part. Embeddings have
+`includeThoughts` adds a `thought: true` part (in a stream, two frames of
+thought parts before the answer). Embeddings have
 `outputDimensionality` values (default 8).
 """
 
@@ -682,7 +683,7 @@ class _GeminiFake:
         else:
             steps: list[list[dict]] = []
             if plan.get("thought"):
-                steps.append([{"text": plan["thought"], "thought": True}])
+                steps += [[{"text": part, "thought": True}] for part in split_text(plan["thought"], 2)]
             if plan["calls"]:
                 steps.append(self._call_parts(plan["calls"]))
             steps += [[{"text": piece}] for piece in plan["pieces"]]

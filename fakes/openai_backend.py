@@ -16,6 +16,11 @@ prompt's leading 16-word blocks already seen (LRU) come back as
 requests running and waiting, the KV-cache usage and the prefix-cache
 counters under vLLM's metric names.
 
+A chat-only server (`responses_status=404`, or 405): `/v1/responses` answers
+that status as llama.cpp's server does for a path it lacks
+(`{"error": {"code": 404, "message": "File Not Found", "type":
+"not_found_error"}}`); every other endpoint is served as usual.
+
 Tool calls: when the request has `tools` and the last user message mentions
 "weather" (or `tool_choice` requires a tool), the reply is a tool call.
 `max_tokens` / `max_completion_tokens` / `max_output_tokens` no larger than
@@ -673,8 +678,11 @@ def make_app(
     models: list[str],
     behavior: Behavior | None = None,
     requests: list[Recorded] | None = None,
+    *,
+    responses_status: int | None = None,
 ) -> web.Application:
-    """The fake OpenAI-compatible backend.  `requests=None` records nothing."""
+    """The fake OpenAI-compatible backend.  `requests=None` records nothing;
+    `responses_status` (404, 405) makes it a chat-only server (module doc)."""
     fake = _OpenAIFake(name, models, behavior if behavior is not None else Behavior(), requests)
     @web.middleware
     async def running(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -701,8 +709,26 @@ def make_app(
     r.add_post("/v1/chat/completions", fake.chat)
     r.add_post("/v1/completions", fake.completions)
     r.add_post("/v1/embeddings", fake.embeddings)
-    r.add_post("/v1/responses", fake.responses)
+    if responses_status is None:
+        r.add_post("/v1/responses", fake.responses)
+    else:
+        r.add_post("/v1/responses", _not_served(fake, responses_status))
     return app
+
+
+def _not_served(fake: _OpenAIFake, status: int):
+    """The answer of a server that lacks the path (recorded like any POST)."""
+    message = "File Not Found" if status == 404 else "Method Not Allowed"
+    kind = "not_found_error" if status == 404 else "invalid_request_error"
+
+    async def handler(request: web.Request) -> web.Response:
+        _, err = await fake._begin(request)
+        if err is not None:
+            return err
+        body = orjson.dumps({"error": {"code": status, "message": message, "type": kind}})
+        return web.Response(status=status, body=body, headers=JSON_HEADERS)
+
+    return handler
 
 
 def server_thread(
@@ -712,9 +738,17 @@ def server_thread(
     port: int = 0,
     host: str = "127.0.0.1",
     behavior: Behavior | None = None,
+    responses_status: int | None = None,
 ) -> ServerThread:
-    """A (not yet started) `ServerThread` serving this fake; use `with` or `.start()`."""
-    return thread_for(make_app, name, models, port=port, host=host, behavior=behavior)
+    """A (not yet started) `ServerThread` serving this fake; use `with` or
+    `.start()`. `responses_status`: a chat-only server (module doc)."""
+    if responses_status is None:
+        return thread_for(make_app, name, models, port=port, host=host, behavior=behavior)
+    model_list = list(models)
+    return ServerThread(
+        lambda b, reqs: make_app(name, model_list, b, reqs, responses_status=responses_status),
+        host=host, port=port, behavior=behavior,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,6 +21,10 @@ bad edit was undone), nothing else changed, so the writer bumps the revision
 itself: every web process reloads and drops the stale `last_error`. A clear
 that could not reach Redis is retried on the next tick.
 
+The prompt files the applied YAML names (`global_prompts`) are looked at
+with it: their (mtime, size, inode) are part of what a look compares, so an
+edit of one is applied (read into the mirror) like an edit of the YAML.
+
 Invariants: one sync at a time per process (a run that finds another still
 going skips: the next tick retries); the file is re-read only when its
 (mtime, size, inode) changed since the last run, or after a failure of the sync
@@ -43,7 +47,7 @@ from redis.exceptions import RedisError
 from router.config_schema import ConfigError
 from router.redis import sync_client
 from router.revision import NOTHING, bump_revision, config_error_key, touch
-from router.services import config_sync, resolve_config_path
+from router.services import config_sync, resolve_config_path, watched_prompt_files
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +55,22 @@ _lock = threading.Lock()
 _seen: dict[str, object] = {"stat": None}
 
 
-def _stat(path: Path) -> tuple[str, int, int, int] | None:
+def _file_stat(path: Path) -> tuple[str, int, int, int] | None:
     try:
         st = path.stat()
     except OSError:
         return None
     return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _stat(path: Path) -> tuple | None:
+    """What a look compares: the YAML's (path, mtime, size, inode), followed
+    by those of the prompt files it names (None for one that is gone)."""
+    own = _file_stat(path)
+    if own is None:
+        return None
+    prompts = watched_prompt_files(path)
+    return own + tuple(_file_stat(p) for p in prompts) if prompts else own
 
 
 def _replaced(stat: tuple | None, seen: object) -> bool:

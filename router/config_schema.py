@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions, yaml_quick
 from .core.ipnets import parse_networks
-from .providers import COMMAND_KINDS, KINDS
+from .providers import COMMAND_KINDS, KINDS, RESPONSES_KINDS
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -98,6 +98,9 @@ class BackendConfig(_Strict):
     read_timeout: float = Field(default=600.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
     cli: CliConfig | None = None  # required when kind is cli, refused otherwise
+    # OpenAI-compatible kinds only: /v1/responses passed through, bridged
+    # through chat, or passed through until a 404/405 says it is not served.
+    responses: Literal["native", "bridge", "auto"] = "auto"
 
     @field_validator("url")
     @classmethod
@@ -130,6 +133,15 @@ class BackendConfig(_Strict):
             return self
         if self.cli is not None:
             raise ValueError("cli: only a backend of kind cli runs a command")
+        return self
+
+    @model_validator(mode="after")
+    def _responses(self) -> BackendConfig:
+        if "responses" in self.model_fields_set and self.kind not in RESPONSES_KINDS:
+            raise ValueError(
+                f"responses: only an OpenAI-compatible backend chooses how it serves /v1/responses; "
+                f"kind {self.kind} always serves it one way (see docs/configuration.md)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -241,6 +253,34 @@ class CacheAwareConfig(_Strict):
                                   description="characters of a prompt's start that are indexed")
 
 
+class PromptConfig(_Strict):
+    """One global prompt, or an override of one (docs/configuration.md):
+    inline `text` or a `file` (read by the config writer; relative to the
+    YAML's directory), and how it meets the client's own system prompt."""
+
+    text: str | None = None
+    file: str | None = Field(default=None, min_length=1)
+    mode: Literal["prepend", "append", "replace"] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PromptConfig:
+        if self.text is not None and self.file is not None:
+            raise ValueError("text and file: give the prompt inline or in a file, not both")
+        return self
+
+
+class GlobalPromptsConfig(PromptConfig):
+    models: dict[str, PromptConfig] = Field(default_factory=dict)
+    backends: dict[str, PromptConfig] = Field(default_factory=dict)
+
+    def entries(self) -> list[tuple[str, PromptConfig]]:
+        """Every prompt entry with its key path (for files and errors)."""
+        out: list[tuple[str, PromptConfig]] = [("global_prompts", self)]
+        out += [(f"global_prompts.models.{name}", entry) for name, entry in self.models.items()]
+        out += [(f"global_prompts.backends.{name}", entry) for name, entry in self.backends.items()]
+        return out
+
+
 class RouterFile(_Strict):
     backends: list[BackendConfig] = Field(default_factory=list)
     selection_strategy: Literal[
@@ -254,6 +294,7 @@ class RouterFile(_Strict):
     api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    global_prompts: GlobalPromptsConfig = Field(default_factory=GlobalPromptsConfig)
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None

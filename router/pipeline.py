@@ -1,7 +1,8 @@
 """Routing: one admitted request → one upstream answer, as a `Routed` result.
 
  5 select ONCE per attempt  (health, capacity, priority, weights, strategy)
- 6 dispatch by the selected backend's kind → its provider (registry)
+ 6 dispatch by the selected backend's kind → its provider (registry), the
+   global prompt of that model and backend merged into what is sent
  7 retry before the first byte; fallback chain when none is left
  8 observe                  (bounded queue, never in the response)
 
@@ -29,7 +30,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from . import observe, tracing
+from . import global_prompts, observe, tracing
 from .admission import Caller
 from .core.errors import (
     CapacityExhausted,
@@ -259,8 +260,11 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             obs.update(provider=spec.name, kind=spec.kind, path=provider.path)
             if trace is not None:
                 trace.upstream(spec.name, spec.kind, target, attempts, env.headers)
+            # The client's request, with the prompt of this model and backend:
+            # made afresh each attempt, so a retry never gets it twice.
+            sent = global_prompts.applied(env, snap.prompts, target, spec.name, obs)
             try:
-                ex = await provider.start(rt, spec, env, target)
+                ex = await provider.start(rt, spec, sent, target)
             except UpstreamFailed as failure:
                 rt.release(state, ok=False)
                 if trace is not None:
@@ -318,7 +322,7 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                     obs[key] = ex.info[key]
             if trace is not None:
                 trace.answered(ex.status, env.stream)
-            return Routed(rt, provider, ex, env, obs, started, state)
+            return Routed(rt, provider, ex, sent, obs, started, state)
         if attempts >= retry.max_attempts:
             break
     obs["hops"] = hops

@@ -16,7 +16,7 @@ from typing import Any
 from immutables import Map
 from pydantic import ValidationError
 
-from . import extensions
+from . import extensions, global_prompts
 from .config_schema import CliConfig, RouterFile, interpolate
 from .core.backend import BackendSpec, CliSpec
 from .core.health import HealthPolicy
@@ -83,6 +83,7 @@ def _spec(row: Any) -> BackendSpec:
         read_timeout=row.read_timeout,
         headers=headers,
         cli=_cli(row),
+        responses=str((row.extra or {}).get("responses") or "auto"),
     )
 
 
@@ -105,9 +106,15 @@ def document_digest() -> str:
 
 
 def routing_document() -> RouterFile:
-    """The YAML as last applied (minus backends), `${ENV}` resolved here."""
+    """The YAML as last applied (minus backends), `${ENV}` resolved here;
+    the prompt files' texts, stored beside it, are never interpolated."""
     doc = ConfigDocument.objects.filter(pk=1).values_list("document", flat=True).first() or {}
-    return RouterFile.model_validate(interpolate(doc))
+    files = doc.get(global_prompts.PROMPT_FILES) or {}
+    if files:
+        doc = {k: v for k, v in doc.items() if k != global_prompts.PROMPT_FILES}
+    cfg = RouterFile.model_validate(interpolate(doc))
+    global_prompts.fill(cfg.global_prompts, files)
+    return cfg
 
 
 def _document_fields(cfg: RouterFile) -> dict[str, Any]:
@@ -115,6 +122,7 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
     h = cfg.health
     return dict(
         document=cfg,
+        prompts=global_prompts.policy(cfg.global_prompts),
         fallback_chains={k: tuple(v) for k, v in cfg.fallback.fallback_chains.items()},
         strategy=cfg.selection_strategy,
         load_factor=cfg.prefix_hash.load_factor,

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import LockError, RedisError
 
+from . import global_prompts
 from .bulk import insert_rows
 from .config_schema import COMMAND_SECTION, ConfigError, load, parse_tracked
 from .models import Backend, ConfigDocument, Source
@@ -70,6 +71,8 @@ def _backend_fields(raw: dict, parsed) -> dict:
 
 def _extra(raw: dict, parsed) -> dict:
     extra = {"headers": dict(raw.get("headers") or {}), "discover_models": parsed.discover_models}
+    if parsed.responses != "auto":  # the default is stored as nothing (rows written before it stay equal)
+        extra["responses"] = parsed.responses
     if parsed.cli is not None:
         # The raw section (its ${VAR} templates kept), resolved when the
         # snapshot is compiled, as the URL and the api_key are.
@@ -105,7 +108,24 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
 
 
 def _applied_already(path: Path, digest: str) -> bool:
-    return ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).exists()
+    """The DB holds these very bytes, and the prompt files they name still
+    hold the texts it has (a prompt file is read only when the YAML names one)."""
+    rows = list(ConfigDocument.objects.filter(pk=1, digest=digest, path=str(path)).values_list("document", flat=True))
+    if not rows:
+        return False
+    files = (rows[0] or {}).get(global_prompts.PROMPT_FILES) or {}
+    _prompt_files[str(path)] = global_prompts.watched(path, files)
+    return global_prompts.files_current(path, files)
+
+
+# The prompt files the applied document of each config path names: the
+# writer's file watch looks at them beside the YAML (node/config_watch.py).
+_prompt_files: dict[str, tuple[Path, ...]] = {}
+
+
+def watched_prompt_files(path: Path) -> tuple[Path, ...]:
+    """The prompt files of the document last read or applied for `path` here."""
+    return _prompt_files.get(str(path), ())
 
 
 PARSE_WAIT = 60.0  # seconds a process waits for another one's parse of the same bytes
@@ -139,10 +159,14 @@ def _apply(path: Path, text: bytes, digest: str, *, force: bool, incremental: bo
     model, raw, tracked = _parse_read(path, text, remember=incremental)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
+    files = global_prompts.read_files(path, model.global_prompts)  # their texts go to the mirror, not their names
+    if files:
+        document[global_prompts.PROMPT_FILES] = files
+    _prompt_files[str(path)] = global_prompts.watched(path, files)
 
     with transaction.atomic():
         doc, _ = ConfigDocument.objects.select_for_update().get_or_create(pk=1)
-        if doc.digest == digest and doc.path == str(path) and not force:
+        if doc.digest == digest and doc.path == str(path) and doc.document == document and not force:
             return False
         backends = model.backends
         # The DB holds what this process applied last (same file, same

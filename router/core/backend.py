@@ -55,6 +55,9 @@ class BackendSpec:
     read_timeout: float = 600.0
     headers: tuple[tuple[str, str], ...] = field(default=())
     cli: CliSpec | None = None  # the command of a cli backend
+    # How an OpenAI-compatible backend serves /v1/responses: "native",
+    # "bridge" (through its chat endpoint) or "auto" (router.providers.bridge.choice).
+    responses: str = "auto"
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested

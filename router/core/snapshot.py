@@ -19,6 +19,7 @@ from typing import Any
 
 from .backend import BackendSpec
 from .ipnets import Network
+from .prompts import PromptPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class Snapshot:
     trusted_proxies: tuple[Network, ...] = ()
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
+    prompts: PromptPolicy | None = None  # global_prompts (None: no prompt anywhere)
     keyring: Any = None  # keys.keyring.Keyring
     ingress: Any = None  # appproxy ingress table (legacy Host routing), or None
     # Names of by_model a request with no scope may not know (hidden_names).

@@ -31,6 +31,7 @@ import orjson
 from ..core.backend import BackendSpec
 from .anthropic.provider import ANTHROPIC
 from .base import Provider
+from .bridge.choice import responses_choice
 from .bridge.provider import bridged
 from .cli import CLI
 from .gemini.provider import GEMINI
@@ -38,7 +39,8 @@ from .ollama.provider import OLLAMA
 from .openai import OPENAI
 
 PROVIDERS: tuple[Provider, ...] = (
-    OPENAI,
+    # OpenAI-compatible servers: /v1/responses as each backend's `responses:` says.
+    responses_choice(OPENAI),
     OLLAMA,
     # Chat-only providers: /v1/responses through their chat path (providers/bridge).
     bridged(ANTHROPIC),
@@ -46,7 +48,7 @@ PROVIDERS: tuple[Provider, ...] = (
     bridged(CLI),
 )
 
-_DEFAULT: Provider = OPENAI  # for a kind no provider claims (see above)
+_DEFAULT: Provider = PROVIDERS[0]  # the OpenAI-compatible one, for a kind no provider claims (see above)
 
 
 def _by_kind(providers: tuple[Provider, ...]) -> Mapping[str, Provider]:
@@ -65,6 +67,12 @@ KINDS: frozenset[str] = frozenset(BY_KIND)
 # configured in the YAML only (a `cli:` section), never through the admin.
 COMMAND_KINDS: frozenset[str] = frozenset(
     kind for provider in PROVIDERS if getattr(provider, "runs_command", False) for kind in provider.kinds
+)
+
+# Kinds whose backends choose how they serve /v1/responses (`responses:`
+# native | bridge | auto); every other kind serves it one way only.
+RESPONSES_KINDS: frozenset[str] = frozenset(
+    kind for provider in PROVIDERS if getattr(provider, "chooses_responses", False) for kind in provider.kinds
 )
 
 
@@ -114,6 +122,7 @@ __all__ = [
     "COMMAND_KINDS",
     "KINDS",
     "PROVIDERS",
+    "RESPONSES_KINDS",
     "Provider",
     "listed_models",
     "load_url",

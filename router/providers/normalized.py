@@ -20,6 +20,12 @@ import orjson
 
 from router.core.errors import InvalidRequest, UnsupportedParameter
 
+# The message / delta field that carries a model's reasoning text (Anthropic
+# thinking, Gemini thoughts) to a Chat Completions client: vLLM's name, which
+# OpenAI-compatible clients read. A client that reads only `content` sees the
+# answer it always saw.
+REASONING = "reasoning_content"
+
 
 @dataclass(slots=True)
 class Conversion:
@@ -229,15 +235,19 @@ def sse_event(kind: str, obj: dict) -> bytes:
 
 
 def chat_completion_object(
-    *, completion_id: str, created: int, model: str, content: str, calls: list[dict], finish: str, usage: dict
+    *, completion_id: str, created: int, model: str, content: str, calls: list[dict], finish: str, usage: dict,
+    reasoning: str = "",
 ) -> dict:
-    """A one-choice `chat.completion`: the content is null when only tool calls came."""
+    """A one-choice `chat.completion`: the content is null when only tool calls came;
+    the model's reasoning text, when it sent some, is `reasoning_content`."""
     message: dict = {
         "role": "assistant",
         "content": content if content or not calls else None,
         "refusal": None,
         "annotations": [],
     }
+    if reasoning:
+        message[REASONING] = reasoning
     if calls:
         message["tool_calls"] = calls
     return {

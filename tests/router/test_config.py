@@ -12,6 +12,7 @@ def test_defaults_and_minimal_backend():
     assert cfg.selection_strategy == "weighted_round_robin"
     assert cfg.api_keys.mode == "open"
     assert (cfg.prefix_hash.load_factor, cfg.prefix_hash.session_header) == (1.25, "x-session-id")
+    assert b.responses == "auto"
 
 
 def test_prefix_hash_section():
@@ -36,6 +37,11 @@ def test_prefix_hash_section():
         ("prefix_hash: {session_header: 'x session'}\n", "prefix_hash.session_header"),
         ("prefix_hash: {sesion_header: x}\n", "prefix_hash.sesion_header: unknown key"),
         ("server: {trusted_proxies: [not-an-ip]}\n", "server.trusted_proxies"),
+        ("backends:\n  - {name: a, url: 'http://h', models: [m], responses: maybe}\n", "backends[0].responses"),
+        (
+            "backends:\n  - {name: a, url: 'http://h', models: [m], kind: anthropic, responses: native}\n",
+            "responses: only an OpenAI-compatible backend",
+        ),
         ("- just a list\n", "top level must be a mapping"),
         ("backends: [\n", "not valid YAML"),
     ],

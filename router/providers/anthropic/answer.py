@@ -2,7 +2,8 @@
 
 Text blocks are joined; `tool_use` blocks become tool calls that keep the
 tool_use id as the call id (so the client's tool result finds its call);
-thinking / redacted_thinking blocks and server-tool blocks are dropped.
+thinking blocks become the message's `reasoning_content` (their signatures,
+redacted_thinking blocks and server-tool blocks are dropped).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def chat_completion(message: Any, *, model: str, completion_id: str, created: in
     if not isinstance(message, dict) or message.get("type") != "message":
         raise UpstreamError("Anthropic answered something that is not a message.")
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[dict] = []
     for block in message.get("content") or ():
         if not isinstance(block, dict):
@@ -60,6 +62,8 @@ def chat_completion(message: Any, *, model: str, completion_id: str, created: in
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            thoughts.append(block["thinking"])
         elif kind == "tool_use" and isinstance(block.get("name"), str):
             calls.append(
                 {
@@ -76,4 +80,5 @@ def chat_completion(message: Any, *, model: str, completion_id: str, created: in
         calls=calls,
         finish=finish_reason(message.get("stop_reason"), bool(calls)),
         usage=usage_of(message.get("usage")),
+        reasoning="".join(thoughts),
     )

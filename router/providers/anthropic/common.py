@@ -7,7 +7,8 @@ Invariants of the normalized path:
   anything is produced. Nothing is invented into the Anthropic request
   except what it requires (`max_tokens`, documented).
 - Everything produced for the client carries only fields of the official
-  OpenAI types; Anthropic-only data (thinking, signatures) never leaks.
+  OpenAI types, plus `reasoning_content` (vLLM's field) for thinking text;
+  other Anthropic-only data (signatures, redacted thinking) never leaks.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ CHAT_POLICY: dict[str, tuple[str, str]] = {
     "reasoning_effort": (
         "converted",
         "thinking: none → off, minimal/low → 1024, medium → 4096, high/xhigh → 16384 budget tokens "
-        "(thinking text is not returned)",
+        "(the thinking text comes back as reasoning_content)",
     ),
     "response_format": ("conditional", "text only; json_object / json_schema are unsupported"),
     "n": ("conditional", "1 only; more choices are unsupported"),

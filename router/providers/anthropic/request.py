@@ -56,7 +56,6 @@ def chat_request(body: dict, served_model: str) -> Conversion:
     request["max_tokens"] = max_tokens
     if thinking:
         request["thinking"] = thinking
-        ledger.note("thinking text is not returned: Chat Completions has no field for it")
     stop = stop_option(body)
     if stop:
         request["stop_sequences"] = stop

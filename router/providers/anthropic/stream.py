@@ -1,13 +1,15 @@
 """Anthropic stream events → `chat.completion.chunk` SSE events.
 
-The role rides on the first chunk that carries something (text or a tool
-call), so a stream that dies before its first token has produced nothing
+The role rides on the first chunk that carries something (text, reasoning
+or a tool call), so a stream that dies before its first token has produced nothing
 (the provider can still retry elsewhere). A `tool_use` block opens a tool
 call (index, id, name, empty arguments), its `input_json_delta`s add the
 argument fragments. `message_delta` gives the stop reason and the output
 count; `message_stop` ends the choice (the finish chunk), then `finish()`
 adds the usage chunk (stream_options.include_usage) and `data: [DONE]`.
-Thinking blocks, signatures and pings produce nothing.
+A `thinking` block's `thinking_delta`s become `reasoning_content` deltas
+(the field vLLM streams reasoning in); signatures, redacted thinking and
+pings produce nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from router.core.errors import RouterError, UpstreamError
 from router.providers.anthropic.answer import finish_reason, usage_of
 from router.providers.anthropic.common import sse
 from router.providers.anthropic.wire import event_error
+from router.providers.normalized import REASONING
 
 
 class ChatStream:
@@ -86,10 +89,14 @@ class ChatStream:
                 ]
             if block.get("type") == "text" and block.get("text"):
                 return [self._delta({"content": block["text"]})]
+            if block.get("type") == "thinking" and isinstance(block.get("thinking"), str) and block["thinking"]:
+                return [self._delta({REASONING: block["thinking"]})]
         elif kind == "content_block_delta":
             delta = event.get("delta") or {}
             if delta.get("type") == "text_delta" and delta.get("text"):
                 return [self._delta({"content": delta["text"]})]
+            if delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str) and delta["thinking"]:
+                return [self._delta({REASONING: delta["thinking"]})]
             at = event.get("index")
             slot = self._tools.get(at) if isinstance(at, int) else None
             if delta.get("type") == "input_json_delta" and slot is not None and delta.get("partial_json"):

@@ -22,11 +22,12 @@ from router.providers.gemini.common import (
     apply_policy,
     finish_reason,
     parts_of,
+    thought_text,
     usage,
 )
 from router.providers.gemini.policy import CHAT_POLICY
 from router.providers.gemini.wire import model_path, raise_if_blocked, raise_if_error
-from router.providers.normalized import part_text
+from router.providers.normalized import REASONING, part_text
 from router.providers.ollama.common import (
     Conversion,
     Ledger,
@@ -142,7 +143,12 @@ def _generation_config(body: dict) -> dict:
     if effort is not None:
         if effort not in EFFORT_TO_BUDGET:
             raise InvalidRequest(f"Unknown reasoning effort {effort!r}.", param="reasoning_effort")
-        config["thinkingConfig"] = {"thinkingBudget": EFFORT_TO_BUDGET[effort]}
+        budget = EFFORT_TO_BUDGET[effort]
+        # A client that asks for reasoning gets its text (reasoning_content):
+        # Gemini sends thought parts only when asked to.
+        config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True} if budget else {
+            "thinkingBudget": 0
+        }
     return config
 
 
@@ -382,6 +388,9 @@ def _choice(position: int, candidate: dict) -> dict:
         "refusal": None,
         "annotations": [],
     }
+    thought = thought_text(parts)
+    if thought:
+        message[REASONING] = thought
     if calls:
         message["tool_calls"] = openai_calls(calls)
     index = candidate.get("index")

@@ -5,16 +5,17 @@ parts become content deltas, functionCall parts whole tool calls (index, id,
 name, arguments in one delta); its finishReason closes it. After the stream
 (and only with stream_options.include_usage) one chunk with empty choices
 carries the usage of the last frame's usageMetadata, then `data: [DONE]`.
-Thought parts are not sent (Chat Completions has no field for them).
+Thought parts become `reasoning_content` deltas (the field vLLM streams
+reasoning in), ahead of the text of the same frame.
 """
 
 from __future__ import annotations
 
 from router.core.errors import RouterError, UpstreamError
 from router.providers.gemini.chat import openai_calls
-from router.providers.gemini.common import answer_calls, answer_text, finish_reason, parts_of, usage
+from router.providers.gemini.common import answer_calls, answer_text, finish_reason, parts_of, thought_text, usage
 from router.providers.gemini.wire import Blocked, raise_if_blocked, raise_if_error
-from router.providers.normalized import sse
+from router.providers.normalized import REASONING, sse
 
 
 class ChatStream:
@@ -57,6 +58,9 @@ class ChatStream:
         index = index if isinstance(index, int) else position
         parts = parts_of(candidate)
         delta: dict = {}
+        thought = thought_text(parts)
+        if thought:
+            delta[REASONING] = thought
         text = answer_text(parts)
         if text:
             delta["content"] = text

@@ -6,7 +6,8 @@ Invariants of the normalized path (as for Ollama, see `ollama.common`):
   with a reason in `notes`) or rejected with `UnsupportedParameter` before
   anything is produced.
 - Everything produced for the client carries only fields of the official
-  OpenAI types; Gemini-only data (thoughts, signatures, safety ratings) never leaks.
+  OpenAI types, plus `reasoning_content` (vLLM's field) for thought text;
+  other Gemini-only data (signatures, safety ratings) never leaks.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ def parts_of(candidate: dict) -> list[dict]:
 def answer_text(parts: list[dict]) -> str:
     """The text of the answer: every text part that is not a thought."""
     return "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+
+
+def thought_text(parts: list[dict]) -> str:
+    """The model's reasoning: every text part marked `thought` (Gemini sends
+    them only when asked, `thinkingConfig.includeThoughts`)."""
+    return "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and p.get("thought") is True)
 
 
 def answer_calls(parts: list[dict]) -> list[tuple[str, str, str]]:

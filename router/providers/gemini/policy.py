@@ -39,7 +39,8 @@ CHAT_POLICY: dict[str, tuple[str, str]] = {
     ),
     "reasoning_effort": (
         "converted",
-        "thinkingConfig.thinkingBudget: none 0, minimal/low 1024, medium 8192, high/xhigh 24576",
+        "thinkingConfig.thinkingBudget: none 0, minimal/low 1024, medium 8192, high/xhigh 24576; above 0 also "
+        "includeThoughts (the thought text comes back as reasoning_content)",
     ),
     "logprobs": ("conditional", "false only; true is unsupported"),
     "top_logprobs": ("conditional", "0 only; log probabilities are unsupported"),

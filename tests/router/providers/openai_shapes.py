@@ -1,6 +1,8 @@
 """Checks that an object is exactly an official OpenAI SDK type: it validates,
-carries no field the type does not declare (at any depth), and dumps back to
-itself unchanged."""
+carries no field the type does not declare (at any depth) but the one
+extension the router sends (`reasoning_content`, vLLM's field for reasoning
+text, on a chat message or delta, a string), and dumps back to itself
+unchanged."""
 
 from __future__ import annotations
 
@@ -13,9 +15,16 @@ from openai.types.responses import ResponseStreamEvent
 _EVENTS = pydantic.TypeAdapter(ResponseStreamEvent)
 
 
+# The fields beyond the OpenAI types the router may send, by type name.
+EXTENSIONS = {"ChatCompletionMessage": {"reasoning_content"}, "ChoiceDelta": {"reasoning_content"}}
+
+
 def no_extras(value: Any, path: str = "$") -> None:
     if isinstance(value, pydantic.BaseModel):
-        extra = value.model_extra or {}
+        extra = dict(value.model_extra or {})
+        for name in EXTENSIONS.get(type(value).__name__, ()):
+            if name in extra:
+                assert isinstance(extra.pop(name), str), f"{path}.{name} is not a string"
         assert not extra, f"{path} carries fields the OpenAI type lacks: {sorted(extra)}"
         for name in type(value).model_fields:
             no_extras(getattr(value, name), f"{path}.{name}")

@@ -285,11 +285,15 @@ def message(content, stop_reason="end_turn", **usage) -> dict:
     }
 
 
-def test_answer_text_thinking_dropped_and_cache_usage() -> None:
+def test_answer_thinking_becomes_reasoning_content_and_cache_usage() -> None:
+    """Thinking blocks come back as `reasoning_content`; their signatures and
+    redacted thinking do not."""
     out = chat_completion(
         message(
             [
                 {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "thinking", "thinking": ", right", "signature": "t"},
                 {"type": "text", "text": "Hello "},
                 {"type": "text", "text": "there"},
             ],
@@ -302,6 +306,8 @@ def test_answer_text_thinking_dropped_and_cache_usage() -> None:
     )
     obj = exact(ChatCompletion, out)
     assert obj.choices[0].message.content == "Hello there" and obj.choices[0].finish_reason == "stop"
+    assert out["choices"][0]["message"]["reasoning_content"] == "hmm, right"
+    assert b"opaque" not in orjson.dumps(out) and '"s"' not in orjson.dumps(out).decode()
     assert out["usage"] == {
         "prompt_tokens": 20,
         "completion_tokens": 5,
@@ -428,8 +434,14 @@ def translate(data: bytes, step: int | None = None, include_usage: bool = True) 
 def test_stream_frames_are_exact_chunks() -> None:
     frames = chat_sse(translate(TOOL_STREAM))
     assert frames[-1] == "[DONE]"
-    chunks = [exact(ChatCompletionChunk, f) for f in frames[:-1]]
-    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == "Let me ✓ "
+    reasoning, *chunks = [exact(ChatCompletionChunk, f) for f in frames[:-1]]
+    # The thinking comes first, as a reasoning_content delta with the role;
+    # its signature is not sent.
+    assert reasoning.choices[0].delta.role == "assistant"
+    assert frames[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "reasoning_content": "hmm"}
+    assert b"sig" not in b"".join(translate(TOOL_STREAM))
+    assert chunks[0].choices[0].delta.role is None and chunks[0].choices[0].delta.content == "Let me ✓ "
+    assert "reasoning_content" not in frames[1]["choices"][0]["delta"]
     call = chunks[1].choices[0].delta.tool_calls[0]
     assert (call.index, call.id, call.function.name, call.function.arguments) == (0, "toolu_9", "get_weather", "")
     args = "".join(c.choices[0].delta.tool_calls[0].function.arguments for c in chunks[1:4])

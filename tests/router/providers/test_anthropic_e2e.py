@@ -5,6 +5,7 @@ Anthropic API, which requires `x-api-key` and refuses what the real API refuses.
 
 from __future__ import annotations
 
+import httpx
 import openai
 import orjson
 import pytest
@@ -174,3 +175,43 @@ def test_the_upstream_key_never_reaches_the_logs(client, router) -> None:
 
     logs = wait_until(request_logged, 30, what="a request log line")
     assert KEY not in logs
+
+
+THOUGHT = "The user wants a reply from fake-claude."
+
+
+def test_thinking_comes_back_as_reasoning_content(client, fake) -> None:
+    """A client that asks for reasoning gets Anthropic's thinking text as
+    `reasoning_content` (vLLM's field): whole, and streamed as deltas ahead of
+    the answer; the answer itself is the one it always got."""
+    out = client.chat.completions.create(
+        model="sonnet", messages=[{"role": "user", "content": "hi"}], reasoning_effort="low"
+    )
+    no_extras(out)
+    assert fake.requests[-1].json["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    message = out.choices[0].message
+    assert message.content == TEXT and message.model_extra == {"reasoning_content": THOUGHT}
+    chunks = list(
+        client.chat.completions.create(
+            model="sonnet", messages=[{"role": "user", "content": "hi"}], reasoning_effort="low", stream=True
+        )
+    )
+    for chunk in chunks:
+        no_extras(chunk)
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    reasoning = [d.model_extra["reasoning_content"] for d in deltas if "reasoning_content" in (d.model_extra or {})]
+    assert len(reasoning) == 3 and "".join(reasoning) == THOUGHT  # the fake's three thinking_deltas
+    assert deltas[0].role == "assistant" and "reasoning_content" in deltas[0].model_extra
+    first_text = next(i for i, d in enumerate(deltas) if d.content)
+    assert all("reasoning_content" not in (d.model_extra or {}) for d in deltas[first_text:])
+    assert "".join(d.content or "" for d in deltas) == TEXT
+
+
+def test_no_reasoning_asked_no_reasoning_sent(client, router) -> None:
+    """Without reasoning_effort nothing is added: no thinking is asked of
+    Anthropic and no `reasoning_content` reaches the client, whole or streamed."""
+    body = {"model": "sonnet", "messages": [{"role": "user", "content": "hi"}]}
+    whole = httpx.post(router.url + "/v1/chat/completions", json=body, timeout=30)
+    streamed = httpx.post(router.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=30)
+    assert whole.status_code == streamed.status_code == 200
+    assert TEXT in whole.text and b"reasoning_content" not in whole.content + streamed.content

@@ -63,7 +63,12 @@ def test_raw_stream_with_ping_thinking_and_text(fake, sdk) -> None:
     kinds = [e.type for e in events]
     assert kinds[:2] == ["message_start", "content_block_start"] and kinds.count("content_block_start") == 2
     deltas = [e.delta.type for e in events if e.type == "content_block_delta"]
-    assert deltas[:2] == ["thinking_delta", "signature_delta"] and "text_delta" in deltas
+    # The thinking streams as several deltas, its signature last, as Anthropic sends it.
+    assert deltas[:4] == ["thinking_delta"] * 3 + ["signature_delta"] and "text_delta" in deltas
+    thought = "".join(
+        e.delta.thinking for e in events if e.type == "content_block_delta" and e.delta.type == "thinking_delta"
+    )
+    assert thought == "The user wants a reply from fake-claude."
     # The SDK skips pings; on the wire the third event is one.
     body = {"model": "claude-x", "max_tokens": 9, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     raw = httpx.post(fake.url + "/v1/messages", json=body, headers=VERSION).content

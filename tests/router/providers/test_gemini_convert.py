@@ -123,8 +123,12 @@ def test_generation_config_fields() -> None:
         "candidateCount": 2,
         "responseMimeType": "application/json",
         "responseJsonSchema": {"type": "object"},
-        "thinkingConfig": {"thinkingBudget": 1024},
+        "thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True},
     }
+    # No thinking asked for: no thoughts asked for either.
+    off = convert({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "none"})
+    assert off["generationConfig"] == {"thinkingConfig": {"thinkingBudget": 0}}
+    assert "generationConfig" not in convert({"messages": [{"role": "user", "content": "x"}]})
     assert convert({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})[
         "generationConfig"
     ] == {"responseMimeType": "application/json"}

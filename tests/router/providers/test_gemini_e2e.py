@@ -213,3 +213,33 @@ def test_unsupported_is_refused_before_dispatch(stack, client) -> None:
     assert r.status_code == 400 and "/v1/chat/completions" in r.json()["error"]["message"]
     assert len(fake.requests) == before
     assert FAKE_API_KEY not in router.logs()
+
+
+THOUGHT = "The user wants a reply from fake-gemini."
+
+
+def test_thoughts_come_back_as_reasoning_content(stack, client) -> None:
+    """A client that asks for reasoning gets Gemini's thought parts as
+    `reasoning_content` (vLLM's field), whole and streamed as deltas; without
+    reasoning_effort no thoughts are asked for and none reach the client."""
+    router, fake = stack
+    out = client.chat.completions.create(
+        model="gflash", messages=[{"role": "user", "content": "hi"}], reasoning_effort="low"
+    )
+    no_extras(out)
+    assert last_post(fake).json["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 1024, "includeThoughts": True}
+    assert out.choices[0].message.content == TEXT
+    assert out.choices[0].message.model_extra == {"reasoning_content": THOUGHT}
+    chunks = list(
+        client.chat.completions.create(
+            model="gflash", messages=[{"role": "user", "content": "hi"}], reasoning_effort="low", stream=True
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    reasoning = [d.model_extra["reasoning_content"] for d in deltas if "reasoning_content" in (d.model_extra or {})]
+    assert len(reasoning) == 2 and "".join(reasoning) == THOUGHT  # the fake's two thought frames
+    assert "".join(d.content or "" for d in deltas) == TEXT
+    plain = httpx.post(router.url + "/v1/chat/completions", timeout=30,
+                       json={"model": "gflash", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+    assert plain.status_code == 200 and b"reasoning_content" not in plain.content
+    assert "generationConfig" not in last_post(fake).json

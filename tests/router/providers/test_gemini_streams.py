@@ -67,8 +67,12 @@ def test_text_stream_with_usage() -> None:
     ]
     stream, chunks = run(frames, include_usage=True)
     assert chunks[0].choices[0].delta.role == "assistant"
+    # The thought part comes back as reasoning_content, never as content.
+    assert chunks[0].choices[0].delta.model_extra == {"reasoning_content": "thinking"}
+    assert chunks[0].choices[0].delta.content == ""
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello"
-    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, None, "stop"]
+    assert all("reasoning_content" not in (c.choices[0].delta.model_extra or {}) for c in chunks[1:] if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, None, None, "stop"]
     assert chunks[-1].choices == [] and chunks[-1].usage.model_dump(exclude_none=True) == {
         "prompt_tokens": 4,
         "completion_tokens": 5,

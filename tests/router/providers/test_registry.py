@@ -18,6 +18,7 @@ from router.providers import (
     COMMAND_KINDS,
     KINDS,
     PROVIDERS,
+    RESPONSES_KINDS,
     listed_models,
     path_of,
     probe_url,
@@ -65,7 +66,9 @@ def test_each_provider_declares_kinds_path_dispatch_probe_and_listing(provider):
 
 
 def test_the_providers_and_their_paths():
-    assert PROVIDERS[:2] == (OPENAI, OLLAMA)
+    # OpenAI-compatible backends choose how they serve /v1/responses (`responses:`).
+    assert PROVIDERS[0].inner is OPENAI and PROVIDERS[1] is OLLAMA  # type: ignore[attr-defined]
+    assert RESPONSES_KINDS == OPENAI.kinds and PROVIDERS[0].kinds == OPENAI.kinds
     # The chat-only providers serve /v1/responses through the bridge.
     assert [p.inner for p in PROVIDERS[2:]] == [ANTHROPIC, GEMINI, CLI]  # type: ignore[attr-defined]
     assert {p.path for p in (OLLAMA, ANTHROPIC, GEMINI, CLI)} == {"normalized"} and OPENAI.path == "passthrough"
@@ -86,12 +89,12 @@ def test_cli_is_the_one_command_kind_and_never_probed():
 def test_the_default_kind_is_a_passthrough_kind():
     assert BackendSpec(name="b", url="http://h").kind == DEFAULT_KIND
     assert BackendConfig(name="b", url="http://h", models=["m"]).kind == DEFAULT_KIND
-    assert provider_for(DEFAULT_KIND) is OPENAI
+    assert provider_for(DEFAULT_KIND) is PROVIDERS[0] and PROVIDERS[0].inner is OPENAI  # type: ignore[attr-defined]
 
 
 def test_a_kind_no_provider_claims_is_treated_as_openai_compatible():
     """Config never lets one in; a hand-edited DB row keeps today's meaning."""
-    assert provider_for("not-a-kind") is OPENAI
+    assert provider_for("not-a-kind") is PROVIDERS[0]
     assert path_of("not-a-kind") == "passthrough"
 
 
