@@ -229,6 +229,9 @@ class RouterFile(_Strict):
     api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    # Ask OpenAI-compatible upstreams for usage on a stream whose client did
+    # not (stream_options.include_usage), so every stream is counted.
+    stream_usage: bool = True
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None

@@ -138,6 +138,7 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         max_body_bytes=cfg.server.max_body_bytes,
         max_response_bytes=cfg.server.max_response_bytes,
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
+        stream_usage=cfg.stream_usage,
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
     )

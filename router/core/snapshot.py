@@ -52,6 +52,8 @@ class Snapshot:
     max_body_bytes: int = 32 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024  # a whole (non-streamed) upstream answer
     trusted_proxies: tuple[Network, ...] = ()
+    # Ask OpenAI-compatible upstreams for usage on every stream (stream_usage).
+    stream_usage: bool = True
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     keyring: Any = None  # keys.keyring.Keyring
