@@ -194,6 +194,53 @@ class ServerConfig(_Strict):
         return v
 
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
+class CorsConfig(_Strict):
+    """`cors`: browser clients of /v1 (router/core/cors.py). Off while
+    `allow_origins` is empty."""
+
+    allow_origins: list[str] = Field(default_factory=list)
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
+    allow_headers: list[str] = Field(default_factory=lambda: ["*"])
+    expose_headers: list[str] = Field(default_factory=list)
+    max_age: int = Field(default=600, ge=0, le=86400, description="seconds a browser may cache a preflight")
+    allow_credentials: bool = False
+
+    @field_validator("allow_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for origin in v:
+            if origin == "*":
+                continue
+            if origin.strip().lower() == "null":
+                raise ValueError("'null' is the origin of sandboxed and file:// pages; it cannot be allowed")
+            if not _ORIGIN.fullmatch(origin.strip().lower()):
+                raise ValueError(
+                    f"{origin!r} is not an origin: scheme://host[:port], no path and no trailing slash "
+                    "(e.g. https://app.example.com), or '*'"
+                )
+        return [o.strip().lower() for o in v]
+
+    @field_validator("allow_methods")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        for method in v:
+            if method == "*" or not _TOKEN.fullmatch(method):
+                raise ValueError(f"{method!r} is not a method name (list them: GET, POST)")
+        return [m.upper() for m in v]
+
+    @field_validator("allow_headers", "expose_headers")
+    @classmethod
+    def _headers(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name != "*" and not _TOKEN.fullmatch(name):
+                raise ValueError(f"{name!r} is not a header name")
+        return v
+
+
 def _enabled(section: dict[str, Any] | None) -> bool:
     value = section.get("enabled") if isinstance(section, dict) else None
     if isinstance(value, str):
@@ -229,6 +276,7 @@ class RouterFile(_Strict):
     api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    cors: CorsConfig = Field(default_factory=CorsConfig)
     # Ask OpenAI-compatible upstreams for usage on a stream whose client did
     # not (stream_options.include_usage), so every stream is counted.
     stream_usage: bool = True
