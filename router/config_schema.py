@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions, yaml_quick
 from .core.ipnets import parse_networks
+from .listen import DEFAULT_MODE, TCP, parse_items, parse_mode
 from .providers import COMMAND_KINDS, KINDS
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -186,12 +187,27 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     trusted_proxies: list[str] = Field(default_factory=list)
+    # Where runnode's web server listens (router/listen.py; read at a node's
+    # start; ROUTER_LISTEN / ROUTER_UNIX_SOCKET_MODE take precedence).
+    listen: list[str] = Field(default_factory=lambda: [TCP])
+    unix_socket_mode: int | str = DEFAULT_MODE
 
     @field_validator("trusted_proxies")
     @classmethod
     def _nets(cls, v: list[str]) -> list[str]:
         parse_networks(v, strict=True)
         return v
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: list[str]) -> list[str]:
+        parse_items(v)
+        return v
+
+    @field_validator("unix_socket_mode")
+    @classmethod
+    def _mode(cls, v: int | str) -> int:
+        return parse_mode(v)
 
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
