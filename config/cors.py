@@ -36,14 +36,23 @@ def asked(scope: dict[str, Any]) -> tuple[bytes | None, bytes | None, bytes | No
 async def preflight(policy: CorsPolicy, send, origin: bytes, method: bytes, headers: bytes | None) -> None:
     refusal = policy.refusal(origin, method, headers)
     if refusal is None:
-        await send({"type": "http.response.start", "status": 204,
-                    "headers": list(policy.on_preflight(origin, headers))})
+        await send(
+            {"type": "http.response.start", "status": 204, "headers": list(policy.on_preflight(origin, headers))}
+        )
         await send({"type": "http.response.body", "body": b""})
         return
     body = CorsNotAllowed(refusal).to_body()
-    await send({"type": "http.response.start", "status": CorsNotAllowed.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *policy.on_answer(None)]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": CorsNotAllowed.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *policy.on_answer(None),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -42,9 +42,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     config = uvicorn.Config(
-        "config.asgi:application", host=args.host, port=args.port, loop="uvloop",
-        http="config.server:HttpToolsProtocol", access_log=False, log_level=args.log_level,
-        timeout_graceful_shutdown=args.timeout_graceful_shutdown, proxy_headers=False, workers=args.workers,
+        "config.asgi:application",
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="config.server:HttpToolsProtocol",
+        access_log=False,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=args.timeout_graceful_shutdown,
+        proxy_headers=False,
+        workers=args.workers,
     )
     sockets = []
     try:

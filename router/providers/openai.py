@@ -134,8 +134,12 @@ class OpenAIProvider:
             stream=sent.rest,
             close=response.aclose if sent.rest is not None else None,
             upstream_ms=sent.ms,
-            info={"served": served, "rewrite": rewrite, "lines": lines,
-                  "taken": UsageTaken() if ask_usage and lines is not None else None},
+            info={
+                "served": served,
+                "rewrite": rewrite,
+                "lines": lines,
+                "taken": UsageTaken() if ask_usage and lines is not None else None,
+            },
         )
 
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
@@ -232,6 +236,7 @@ async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict]
     finally:
         if ex.close is not None:
             await ex.close()
+        usage: dict | None
         if taken is not None and taken.usage is not None:
             usage = taken.usage  # the usage chunk the client does not get
         else:

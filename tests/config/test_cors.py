@@ -84,8 +84,12 @@ def test_a_browser_preflight_is_answered_without_a_key(blocking):
 def test_an_allowed_origins_answers_carry_cors_headers(blocking, key):
     """The answer, a stream, and a refusal (so the page can read the error)."""
     origin = {"origin": "http://localhost:5173"}
-    ok = httpx.post(blocking.url + "/v1/chat/completions", json=CHAT, timeout=30,
-                    headers={**origin, "authorization": f"Bearer {key}"})
+    ok = httpx.post(
+        blocking.url + "/v1/chat/completions",
+        json=CHAT,
+        timeout=30,
+        headers={**origin, "authorization": f"Bearer {key}"},
+    )
     assert ok.status_code == 200
     assert cors_headers(ok) == {
         "access-control-allow-origin": "http://localhost:5173",
@@ -93,8 +97,13 @@ def test_an_allowed_origins_answers_carry_cors_headers(blocking, key):
         "access-control-expose-headers": "x-request-id, retry-after",
     }
     assert "Origin" in ok.headers.get_list("vary")
-    with httpx.stream("POST", blocking.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30,
-                      headers={**origin, "authorization": f"Bearer {key}"}) as streamed:
+    with httpx.stream(
+        "POST",
+        blocking.url + "/v1/chat/completions",
+        json={**CHAT, "stream": True},
+        timeout=30,
+        headers={**origin, "authorization": f"Bearer {key}"},
+    ) as streamed:
         assert streamed.status_code == 200
         assert streamed.headers["access-control-allow-origin"] == "http://localhost:5173"
         assert b"[DONE]" in streamed.read()
@@ -114,12 +123,20 @@ def test_a_disallowed_origin_gets_no_cors_headers(blocking, key):
     assert r.status_code == 403 and r.json()["error"]["code"] == "cors_not_allowed"
     assert "https://evil.example.com" in r.json()["error"]["message"]
     assert cors_headers(r) == {}
-    answer = httpx.post(blocking.url + "/v1/chat/completions", json=CHAT, timeout=30,
-                        headers={"origin": "https://evil.example.com", "authorization": f"Bearer {key}"})
+    answer = httpx.post(
+        blocking.url + "/v1/chat/completions",
+        json=CHAT,
+        timeout=30,
+        headers={"origin": "https://evil.example.com", "authorization": f"Bearer {key}"},
+    )
     assert answer.status_code == 200 and cors_headers(answer) == {}
     assert answer.headers["vary"] == "Origin"
-    put = httpx.request("OPTIONS", blocking.url + "/v1/models", timeout=10,
-                        headers={**PREFLIGHT, "access-control-request-method": "PUT"})
+    put = httpx.request(
+        "OPTIONS",
+        blocking.url + "/v1/models",
+        timeout=10,
+        headers={**PREFLIGHT, "access-control-request-method": "PUT"},
+    )
     assert put.status_code == 403 and "'PUT'" in put.json()["error"]["message"]
 
 
@@ -156,8 +173,14 @@ def test_any_origin_without_credentials_is_a_star(backend, router_factory):
 
 
 def policy(**kw) -> CorsPolicy:
-    base = dict(allow_origins=["*"], allow_methods=["GET", "POST"], allow_headers=["*"], expose_headers=[],
-                max_age=600, allow_credentials=False)
+    base = dict(
+        allow_origins=["*"],
+        allow_methods=["GET", "POST"],
+        allow_headers=["*"],
+        expose_headers=[],
+        max_age=600,
+        allow_credentials=False,
+    )
     built = CorsPolicy.build(**{**base, **kw})
     assert built is not None
     return built
@@ -175,12 +198,22 @@ def test_listed_headers_are_checked_case_blind():
     assert p.refusal(b"https://x.example", b"POST", b"content-type, AUTHORIZATION") is None
     assert "x-other" in (p.refusal(b"https://x.example", b"POST", b"content-type, x-other") or "")
     assert dict(p.on_preflight(b"https://x.example", b"x-other"))[b"access-control-allow-headers"] == (
-        b"authorization, content-type")
+        b"authorization, content-type"
+    )
 
 
 def test_no_origins_is_no_policy():
-    assert CorsPolicy.build(allow_origins=[], allow_methods=["GET"], allow_headers=[], expose_headers=[],
-                            max_age=1, allow_credentials=False) is None
+    assert (
+        CorsPolicy.build(
+            allow_origins=[],
+            allow_methods=["GET"],
+            allow_headers=[],
+            expose_headers=[],
+            max_age=1,
+            allow_credentials=False,
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -63,13 +63,23 @@ def over_socket(path: Path) -> httpx.Client:
 
 
 def sdk(path: Path, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url="http://router/v1", api_key=key, max_retries=0,
-                         http_client=httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=30))
+    return openai.OpenAI(
+        base_url="http://router/v1",
+        api_key=key,
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=30),
+    )
 
 
 def create_key(node: NodeProc, *args: str) -> str:
-    out = subprocess.run([PY, "manage.py", "createapikey", "--name", "sock", *args], cwd=ROOT, env=node.env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [PY, "manage.py", "createapikey", "--name", "sock", *args],
+        cwd=ROOT,
+        env=node.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().splitlines()[-1]
 
@@ -94,8 +104,11 @@ def test_the_sdk_over_a_unix_socket_beside_tcp(backend, sock_path, node_factory)
     through it; a key limited to another IP is refused over TCP but not over
     the socket; the socket file is gone once the node stopped."""
     stale_socket(sock_path)
-    node = node_factory(config=CONFIG.format(url=backend.url, extra=""), args=("--no-tasks",),
-                        env={"ROUTER_LISTEN": f"tcp,unix:{sock_path}", "ROUTER_UNIX_SOCKET_MODE": "0600"}).start()
+    node = node_factory(
+        config=CONFIG.format(url=backend.url, extra=""),
+        args=("--no-tasks",),
+        env={"ROUTER_LISTEN": f"tcp,unix:{sock_path}", "ROUTER_UNIX_SOCKET_MODE": "0600"},
+    ).start()
     st = sock_path.stat()
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert re.search(rf"Unix socket\s+{re.escape(str(sock_path))}", node.logs())  # in the ready block
@@ -108,8 +121,12 @@ def test_the_sdk_over_a_unix_socket_beside_tcp(backend, sock_path, node_factory)
     chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith("Hello from a.")
 
-    over_tcp = httpx.post(node.url + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES},
-                          headers={"authorization": f"Bearer {key}"}, timeout=30)
+    over_tcp = httpx.post(
+        node.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MESSAGES},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
     assert over_tcp.status_code == 403 and over_tcp.json()["error"]["code"] == "ip_not_allowed"
 
     node.stop()
@@ -140,8 +157,11 @@ def test_a_socket_another_server_accepts_on_fails_the_start(backend, sock_path, 
     live.bind(str(sock_path))
     live.listen(1)
     try:
-        node = node_factory(config=CONFIG.format(url=backend.url, extra=""), args=("--no-tasks",),
-                            env={"ROUTER_LISTEN": f"unix:{sock_path}"}).spawn()
+        node = node_factory(
+            config=CONFIG.format(url=backend.url, extra=""),
+            args=("--no-tasks",),
+            env={"ROUTER_LISTEN": f"unix:{sock_path}"},
+        ).spawn()
         assert node.proc is not None
         assert node.proc.wait(60) != 0
         assert "another server accepts connections" in node.logs() and str(sock_path) in node.logs()
@@ -153,7 +173,10 @@ def test_a_socket_another_server_accepts_on_fails_the_start(backend, sock_path, 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"ROUTER_LISTEN": "unix:relative.sock"}, "ROUTER_LISTEN: 'unix:relative.sock': the socket path must be absolute"),
+        (
+            {"ROUTER_LISTEN": "unix:relative.sock"},
+            "ROUTER_LISTEN: 'unix:relative.sock': the socket path must be absolute",
+        ),
         ({"ROUTER_LISTEN": "tcp", "ROUTER_UNIX_SOCKET_MODE": "rw"}, "ROUTER_UNIX_SOCKET_MODE: 'rw' is not an octal"),
     ],
 )

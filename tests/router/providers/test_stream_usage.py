@@ -30,7 +30,7 @@ DONE = b"data: [DONE]\n\n"
 def stream(asked: bool, *, crlf: bool = False) -> bytes:
     """A two-chunk stream as an upstream sends it, asked for usage or not."""
     null = b',"usage":null' if asked else b""
-    out = CHUNK % (b"Hel", null) + CHUNK % (b"lo \\\"usage\\\":null,\\\"usage\\\"", null)
+    out = CHUNK % (b"Hel", null) + CHUNK % (b'lo \\"usage\\":null,\\"usage\\"', null)
     out += (USAGE if asked else b"") + DONE
     return out.replace(b"\n", b"\r\n") if crlf else out
 
@@ -160,8 +160,11 @@ def test_a_stream_without_include_usage_is_counted_and_relayed_unchanged(router,
     proc = router()
     key = create_key(proc, name="streamer")
     body = {"model": "m", "stream": True, "max_tokens": 3}
-    body |= {"messages": [{"role": "user", "content": "count me"}]} if endpoint == "chat/completions" else {
-        "prompt": "count me"}
+    body |= (
+        {"messages": [{"role": "user", "content": "count me"}]}
+        if endpoint == "chat/completions"
+        else {"prompt": "count me"}
+    )
     direct = raw_stream(f"{backend.url}/v1/{endpoint}", body)
     assert b'"usage"' not in direct  # what an unasked backend sends
     backend.requests.clear()
@@ -172,8 +175,11 @@ def test_a_stream_without_include_usage_is_counted_and_relayed_unchanged(router,
     asked = raw_stream(f"{backend.url}/v1/{endpoint}", sent)
     usage = orjson.loads(asked.split(b"data: ")[-2])["usage"]
     assert usage["completion_tokens"] == 3
-    wait_until(lambda: key_usage(proc).get("streamer") == [1, usage["prompt_tokens"], 3], 30,
-               what="the stream's tokens in the key's usage")
+    wait_until(
+        lambda: key_usage(proc).get("streamer") == [1, usage["prompt_tokens"], 3],
+        30,
+        what="the stream's tokens in the key's usage",
+    )
 
 
 def test_the_official_sdk_sees_no_usage_it_did_not_ask_for(router, backend):
@@ -193,8 +199,11 @@ def test_the_official_sdk_sees_no_usage_it_did_not_ask_for(router, backend):
     assert first[1] > 0 and first[2] > 0
 
     backend.requests.clear()
-    asked = list(client.chat.completions.create(model="m", messages=messages, stream=True,
-                                                stream_options={"include_usage": True}))
+    asked = list(
+        client.chat.completions.create(
+            model="m", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert backend.requests[-1].json["stream_options"] == {"include_usage": True}
     assert asked[-1].choices == [] and asked[-1].usage is not None
     assert all(c.usage is None for c in asked[:-1])
