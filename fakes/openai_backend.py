@@ -9,6 +9,10 @@ does: SSE `data:` frames ending in `data: [DONE]`, or typed `event:` frames
 for the Responses API).  Every response carries `x-backend-name`; the reply
 text says "Hello from <name>." and `model` echoes the request (as vLLM does).
 Any model name is accepted; `models` is what /v1/models lists.
+A stream with `stream_options.include_usage` ends with the usage chunk
+(`"choices":[]`) before `data: [DONE]`, and its other chunks carry
+`"usage":null`, as OpenAI's (and vLLM's Completions) do; without it no chunk
+has a `usage` key.
 
 Tool calls: when the request has `tools` and the last user message mentions
 "weather" (or `tool_choice` requires a tool), the reply is a tool call.

@@ -27,9 +27,11 @@ USAGE = b'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":
 DONE = b"data: [DONE]\n\n"
 
 
-def stream(asked: bool, *, crlf: bool = False) -> bytes:
-    """A two-chunk stream as an upstream sends it, asked for usage or not."""
-    null = b',"usage":null' if asked else b""
+def stream(asked: bool, *, crlf: bool = False, nulls: bool = True) -> bytes:
+    """A two-chunk stream as an upstream sends it, asked for usage or not;
+    asked, OpenAI puts `"usage":null` on every chunk (`nulls`), vLLM's Chat
+    Completions leaves the key out (pydantic's exclude_unset)."""
+    null = b',"usage":null' if asked and nulls else b""
     out = CHUNK % (b"Hel", null) + CHUNK % (b'lo \\"usage\\":null,\\"usage\\"', null)
     out += (USAGE if asked else b"") + DONE
     return out.replace(b"\n", b"\r\n") if crlf else out
@@ -44,11 +46,12 @@ def taken_through(data: bytes, cut: int) -> tuple[bytes, dict | None]:
     return out, taken.usage
 
 
+@pytest.mark.parametrize("nulls", [True, False], ids=["openai", "vllm-chat"])
 @pytest.mark.parametrize("crlf", [False, True])
-def test_the_asked_stream_becomes_the_unasked_one_however_it_is_cut(crlf):
+def test_the_asked_stream_becomes_the_unasked_one_however_it_is_cut(crlf, nulls):
     """Whatever the chunking, the client gets the unasked stream byte for
     byte and the usage is read, even with `"usage":null` inside the content."""
-    asked, unasked = stream(True, crlf=crlf), stream(False, crlf=crlf)
+    asked, unasked = stream(True, crlf=crlf, nulls=nulls), stream(False, crlf=crlf)
     for cut in range(1, len(asked) + 1):
         out, usage = taken_through(asked, cut)
         assert out == unasked, cut
