@@ -9,6 +9,9 @@
 - Everything else (dashboard, admin, /status) goes through full Django.
 - Before any of that (and before any Django work), config.server's limits:
   an over-large request head is a 431 on every server.
+- With `cors` configured, a `/v1` preflight is answered before anything
+  else (no key), and every other `/v1` answer gets its CORS headers
+  (config/cors.py); nothing else ever does.
 - A `/v1` request, in this order: its head alone may refuse it
   (`admission.precheck`: a blocking gate's 401s), before a body byte is
   awaited; its body must arrive within ROUTER_BODY_TIMEOUT (408) and every
@@ -31,7 +34,7 @@ from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
 
-from config import server  # noqa: E402
+from config import cors, server  # noqa: E402
 from config.deadlines import BODY, Guard  # noqa: E402
 from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
@@ -95,6 +98,14 @@ async def application(scope, receive, send):
 async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
     """One `/v1` request: the head's refusals, the body within its deadline,
     then an admission slot for as long as it is served (the module doc)."""
+    policy = get_runtime().snapshot.cors
+    if policy is not None:  # CORS (config/cors.py): a preflight needs no key
+        origin, method, asked = cors.asked(scope)
+        if method is not None and origin is not None and scope["method"] == "OPTIONS":
+            await cors.preflight(policy, send, origin, method, asked)
+            return
+        if added := policy.on_answer(origin):
+            send = cors.answering(send, added)
     refusal = precheck(scope)
     if refusal is not None:
         await direct.send_head_refusal(scope, send, refusal)

@@ -9,6 +9,10 @@ does: SSE `data:` frames ending in `data: [DONE]`, or typed `event:` frames
 for the Responses API).  Every response carries `x-backend-name`; the reply
 text says "Hello from <name>." and `model` echoes the request (as vLLM does).
 Any model name is accepted; `models` is what /v1/models lists.
+A stream with `stream_options.include_usage` ends with the usage chunk
+(`"choices":[]`) before `data: [DONE]`, and its other chunks carry
+`"usage":null`, as OpenAI's (and vLLM's Completions) do; without it no chunk
+has a `usage` key.
 
 Prompt cache and load, as vLLM reports them (fakes/kvcache.py): a chat
 prompt's leading 16-word blocks already seen (LRU) come back as

@@ -22,12 +22,12 @@ def started_names(specs: list[ChildSpec], workers: int) -> str:
 
 
 def ready_block(*, host: str, port: int, started: str, admin: str, config: Path, logs: str,
-                namespace: str) -> str:
+                namespace: str, tcp: bool = True, unix: str | None = None) -> str:
     """What the terminal shows once the node has started: where everything is."""
     shown = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(host, f"[{host}]" if ":" in host else host)
-    base = f"http://{shown}:{port}"
+    base = f"http://{shown}:{port}" if tcp else "http://localhost"
     rows = [
-        ("API (/v1)", f"{base}/v1"),
+        ("API (/v1)", f"{base}/v1" + ("" if tcp else "  (over the Unix socket)")),
         ("dashboard", f"{base}/dashboard/"),
         ("admin", f"{base}/admin/"),
         ("metrics", f"{base}/metrics"),
@@ -35,8 +35,10 @@ def ready_block(*, host: str, port: int, started: str, admin: str, config: Path,
         ("readiness", f"{base}/readyz"),
         ("status", f"{base}/status  (a staff session or ROUTER_STATUS_TOKEN)"),
     ]
-    if host in ("0.0.0.0", "", "::"):
+    if tcp and host in ("0.0.0.0", "", "::"):
         rows.append(("listening on", f"{host or '0.0.0.0'} port {port} (every interface)"))
+    if unix is not None:
+        rows.append(("Unix socket", f"{unix}  (curl --unix-socket {unix} http://localhost/v1/models)"))
     rows += [
         ("sign in as", admin),
         ("config", f"{config}  (edits apply without a restart)"),

@@ -11,8 +11,10 @@ Invariants:
   child get SIGTERM (the web stops accepting and finishes what is in flight
   within its own grace, which the caller makes shorter than `grace_s`).
 - Start is all or nothing: a child that exits within its start window (or a
-  web child whose port does not accept connections by then) is a start
-  failure — everything started is stopped and the caller exits non-zero.
+  web child whose port or Unix socket does not accept connections by then)
+  is a start failure — everything started is stopped and the caller exits
+  non-zero. A child's Unix socket file left by its previous run is removed
+  before each spawn, and the file after the stop.
 - After start, a child that dies is restarted with a bounded exponential
   backoff (BACKOFF_MIN_S doubling to BACKOFF_MAX_S; reset once it stayed up
   STABLE_S); the others keep running (the web keeps serving /v1).
@@ -37,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from router import listen
+
 from .childlog import ChildLog
 
 BACKOFF_MIN_S = 1.0
@@ -58,6 +62,8 @@ class ChildSpec:
     name: str
     argv: list[str]
     listen: tuple[str, int] | None = None  # must accept connections to count as started
+    unix: str | None = None  # a Unix socket it serves: must accept too; a stale file is removed before
+    # each spawn, the file after the stop (router/listen.py)
     start_window_s: float = 3.0
     stop_first: bool = False  # stopped (and waited for) before the others at a stop
     log: Path | None = None  # its stdout and stderr; None: the supervisor's own (the terminal)
@@ -108,6 +114,11 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
+def _addresses(spec: ChildSpec) -> list[str]:
+    where = [f"{spec.listen[0]}:{spec.listen[1]}"] if spec.listen is not None else []
+    return where + ([f"unix:{spec.unix}"] if spec.unix is not None else [])
+
+
 def _die_with_parent(parent: int) -> Callable[[], None]:
     def preexec() -> None:
         try:
@@ -137,6 +148,11 @@ class Supervisor:
 
     # -- processes ---------------------------------------------------------
     def _spawn(self, child: Child) -> None:
+        if child.spec.unix is not None:
+            try:  # a socket the child left when it died; its server would not bind over it
+                listen.clear_stale(child.spec.unix)
+            except OSError as exc:
+                self.say(f"router: {child.spec.name}: {exc}")
         out = child.log.open(child.spec.name) if child.log is not None else None
         try:
             child.proc = subprocess.Popen(child.spec.argv, cwd=self.cwd, env=self.env, start_new_session=True,
@@ -172,21 +188,25 @@ class Supervisor:
                     self.stop()
                     raise StartFailure(f"{child.spec.name} exited with {code} while starting{self._output(child)}")
                 up = time.monotonic() - child.started_at
-                if child.spec.listen is not None:
-                    if _accepts(*child.spec.listen):
+                if child.spec.listen is not None or child.spec.unix is not None:
+                    if self._listening(child.spec):
                         child.state = "running"
                         pending.remove(child)
                     elif up >= child.spec.start_window_s:
                         self.stop()
-                        host, port = child.spec.listen
+                        where = " and ".join(_addresses(child.spec))
                         raise StartFailure(f"{child.spec.name} does not accept connections on "
-                                           f"{host}:{port} after {child.spec.start_window_s:.0f}s"
+                                           f"{where} after {child.spec.start_window_s:.0f}s"
                                            f"{self._output(child) if child.log is not None else ''}")
                 elif up >= child.spec.start_window_s:
                     child.state = "running"
                     pending.remove(child)
             self.publish()
             time.sleep(0.1)
+
+    @staticmethod
+    def _listening(spec: ChildSpec) -> bool:
+        return (spec.listen is None or _accepts(*spec.listen)) and (spec.unix is None or listen.accepts(spec.unix))
 
     def tick(self) -> None:
         """Notice exits and restart what is due; call every ~0.2 s."""
@@ -283,3 +303,6 @@ class Supervisor:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        for child in self.children:  # its server removes it, unless it was killed
+            if child.spec.unix is not None:
+                listen.remove_socket(child.spec.unix)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions, yaml_quick
 from .core.ipnets import parse_networks
+from .listen import DEFAULT_MODE, TCP, parse_items, parse_mode
 from .providers import COMMAND_KINDS, KINDS, RESPONSES_KINDS
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -210,11 +211,73 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     trusted_proxies: list[str] = Field(default_factory=list)
+    # Where runnode's web server listens (router/listen.py; read at a node's
+    # start; ROUTER_LISTEN / ROUTER_UNIX_SOCKET_MODE take precedence).
+    listen: list[str] = Field(default_factory=lambda: [TCP])
+    unix_socket_mode: int | str = DEFAULT_MODE
 
     @field_validator("trusted_proxies")
     @classmethod
     def _nets(cls, v: list[str]) -> list[str]:
         parse_networks(v, strict=True)
+        return v
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: list[str]) -> list[str]:
+        parse_items(v)
+        return v
+
+    @field_validator("unix_socket_mode")
+    @classmethod
+    def _mode(cls, v: int | str) -> int:
+        return parse_mode(v)
+
+
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
+class CorsConfig(_Strict):
+    """`cors`: browser clients of /v1 (router/core/cors.py). Off while
+    `allow_origins` is empty."""
+
+    allow_origins: list[str] = Field(default_factory=list)
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
+    allow_headers: list[str] = Field(default_factory=lambda: ["*"])
+    expose_headers: list[str] = Field(default_factory=list)
+    max_age: int = Field(default=600, ge=0, le=86400, description="seconds a browser may cache a preflight")
+    allow_credentials: bool = False
+
+    @field_validator("allow_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for origin in v:
+            if origin == "*":
+                continue
+            if origin.strip().lower() == "null":
+                raise ValueError("'null' is the origin of sandboxed and file:// pages; it cannot be allowed")
+            if not _ORIGIN.fullmatch(origin.strip().lower()):
+                raise ValueError(
+                    f"{origin!r} is not an origin: scheme://host[:port], no path and no trailing slash "
+                    "(e.g. https://app.example.com), or '*'"
+                )
+        return [o.strip().lower() for o in v]
+
+    @field_validator("allow_methods")
+    @classmethod
+    def _methods(cls, v: list[str]) -> list[str]:
+        for method in v:
+            if method == "*" or not _TOKEN.fullmatch(method):
+                raise ValueError(f"{method!r} is not a method name (list them: GET, POST)")
+        return [m.upper() for m in v]
+
+    @field_validator("allow_headers", "expose_headers")
+    @classmethod
+    def _headers(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if name != "*" and not _TOKEN.fullmatch(name):
+                raise ValueError(f"{name!r} is not a header name")
         return v
 
 
@@ -295,6 +358,10 @@ class RouterFile(_Strict):
     queue: QueueConfig = Field(default_factory=QueueConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     global_prompts: GlobalPromptsConfig = Field(default_factory=GlobalPromptsConfig)
+    cors: CorsConfig = Field(default_factory=CorsConfig)
+    # Ask OpenAI-compatible upstreams for usage on a stream whose client did
+    # not (stream_options.include_usage), so every stream is counted.
+    stream_usage: bool = True
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None

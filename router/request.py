@@ -59,6 +59,9 @@ class Envelope:
     notes: dict[str, Any] = field(default_factory=dict)
     max_response_bytes: int = 64 * 1024 * 1024  # server.max_response_bytes: a whole answer's cap
     relay_whole: bool = False  # the door relays a whole answer's bytes as they come (OpenAI door)
+    # The snapshot's stream_usage: an OpenAI-compatible upstream is asked for
+    # usage on a stream the client did not ask it for (providers/stream_usage.py).
+    stream_usage: bool = False
 
 
 def check_content_type(content_type: str | None) -> None:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from . import extensions, global_prompts
 from .config_schema import CliConfig, RouterFile, interpolate
 from .core.backend import BackendSpec, CliSpec
+from .core.cors import CorsPolicy
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
@@ -154,6 +155,8 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         max_body_bytes=cfg.server.max_body_bytes,
         max_response_bytes=cfg.server.max_response_bytes,
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
+        stream_usage=cfg.stream_usage,
+        cors=CorsPolicy.build(**cfg.cors.model_dump()),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
     )

@@ -130,6 +130,13 @@ class ClientIpNotAllowed(PermissionDenied):
     message = "Client address not allowed."
 
 
+class CorsNotAllowed(PermissionDenied):
+    """A CORS preflight whose origin, method or headers `cors` does not allow."""
+
+    code = "cors_not_allowed"
+    message = "This cross-origin request is not allowed."
+
+
 # 404
 class NotFound(RouterError):
     status = 404

@@ -3,6 +3,11 @@
 An empty allowlist allows everyone. A client address that cannot be parsed is
 denied whenever a list is set (AppProxy ClientIPValidator semantics). An
 IPv4-mapped IPv6 peer (``::ffff:10.0.0.1``) is matched as its IPv4 address.
+
+A client with no address at all (``""``) is one connected through the
+node's Unix socket (router/listen.py): IP-based rules do not apply to it, so
+every list allows it; the socket file's mode decides who may connect.
+X-Forwarded-For never yields an empty address (router/core/clientip.py).
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ def parse_comma_list(value: str | None) -> tuple[Network, ...]:
 
 
 def ip_allowed(networks: tuple[Network, ...], client_ip: str | None) -> bool:
-    if not networks:
-        return True
+    if not networks or client_ip == "":
+        return True  # no list, or a Unix-socket client (module doc)
     if not client_ip:
         return False
     try:

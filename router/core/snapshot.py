@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import BackendSpec
+from .cors import CorsPolicy
 from .ipnets import Network
 from .prompts import PromptPolicy
 
@@ -66,6 +67,9 @@ class Snapshot:
     max_body_bytes: int = 32 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024  # a whole (non-streamed) upstream answer
     trusted_proxies: tuple[Network, ...] = ()
+    cors: CorsPolicy | None = None  # None: no CORS (cors.allow_origins empty)
+    # Ask OpenAI-compatible upstreams for usage on every stream (stream_usage).
+    stream_usage: bool = True
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     prompts: PromptPolicy | None = None  # global_prompts (None: no prompt anywhere)

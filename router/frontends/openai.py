@@ -63,7 +63,7 @@ async def routed_or_refusal(
         env = Envelope(
             endpoint=endpoint, raw=raw, body=parsed, model=model, stream=stream, headers=headers,
             client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,
-            max_response_bytes=snap.max_response_bytes, relay_whole=True,
+            max_response_bytes=snap.max_response_bytes, relay_whole=True, stream_usage=snap.stream_usage,
         )
         if trace is not None:
             env.notes["trace"] = trace

@@ -28,6 +28,7 @@ from .estimate import estimated_count
 from .framing import FramingError, Lines
 from .http import JSON, SSE, bearer_probe_headers, provider_headers, relay_headers, send
 from .relay import EARLY_FAILURES, failed_early, mid_stream_error
+from .stream_usage import UsageTaken, asked_body, asks
 
 # A whole answer the client may get as it comes (no name to rewrite, the door
 # relays bytes) is read whole only up to this declared length; a longer one,
@@ -47,7 +48,9 @@ def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
     return provider_headers(spec, forwarded)
 
 
-def request_body(env: Envelope, served: str) -> bytes:
+def request_body(env: Envelope, served: str, ask_usage: bool = False) -> bytes:
+    if ask_usage:
+        return asked_body(env.raw, env.body, served)
     if served == env.model and env.body.get("model") == served:
         return env.raw
     body = dict(env.body)
@@ -110,11 +113,14 @@ class OpenAIProvider:
         served = spec.served_name(model)
         rewrite = served != env.model
         relay = not env.stream and env.relay_whole and not rewrite
+        # Usage on every stream (router/providers/stream_usage.py): asked
+        # for here, taken back out of the client's stream by the relay.
+        ask_usage = env.stream_usage and asks(env.body, env.endpoint, env.stream)
         sent = await send(
             rt.transport,
             spec,
             f"{api_base(spec)}/{env.endpoint}",
-            content=request_body(env, served),
+            content=request_body(env, served, ask_usage),
             headers=upstream_headers(spec, env),
             stream=env.stream,
             max_bytes=env.max_response_bytes,
@@ -123,7 +129,7 @@ class OpenAIProvider:
         )
         response = sent.response
         first, lines = sent.first, None
-        if rewrite and sent.rest is not None:
+        if (rewrite or ask_usage) and sent.rest is not None:
             # Rewritten whole lines at a time, the first before the client
             # sees a byte: a stream that breaks (or passes the line cap)
             # before its first line is still retried elsewhere.
@@ -142,7 +148,12 @@ class OpenAIProvider:
             stream=sent.rest,
             close=response.aclose if sent.rest is not None else None,
             upstream_ms=sent.ms,
-            info={"served": served, "rewrite": rewrite, "lines": lines},
+            info={
+                "served": served,
+                "rewrite": rewrite,
+                "lines": lines,
+                "taken": UsageTaken() if ask_usage and lines is not None else None,
+            },
         )
 
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
@@ -206,13 +217,16 @@ async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict]
     event_stream = env.stream  # else one JSON document relayed as it comes
     tail = b""
     lines: Lines | None = ex.info.get("lines")
-    fix = _model_rewriter(ex.info["served"], env.model) if lines is not None else None
+    fix = _model_rewriter(ex.info["served"], env.model) if ex.info.get("rewrite") and lines is not None else None
+    taken: UsageTaken | None = ex.info.get("taken")
     try:
-        chunk = ex.body  # whole lines already, when rewritten
+        chunk = ex.body  # whole lines already, when rewritten or usage was asked for
         iterator = ex.stream
         while True:
             if fix is not None:
                 chunk = fix(chunk)
+            if taken is not None:
+                chunk = taken(chunk)
             if chunk:
                 tail = (tail + chunk)[-4096:]
                 yield chunk
@@ -221,9 +235,12 @@ async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict]
             except StopAsyncIteration:
                 break
             chunk = data if lines is None else lines.feed(data)
-        if lines is not None and fix is not None and (last := fix(lines.rest())):
-            tail = (tail + last)[-4096:]
-            yield last
+        if lines is not None and (last := lines.rest()):
+            last = fix(last) if fix is not None else last
+            last = taken(last) if taken is not None else last
+            if last:
+                tail = (tail + last)[-4096:]
+                yield last
         ok = True
     except (httpx.HTTPError, FramingError) as exc:
         ok = False
@@ -233,7 +250,12 @@ async def _relay(ex: Exchange, env: Envelope, done: Callable[[bool | None, dict]
     finally:
         if ex.close is not None:
             await ex.close()
-        done(ok, {"usage": _stream_usage(tail) if event_stream else tail_usage(tail)})
+        usage: dict | None
+        if taken is not None and taken.usage is not None:
+            usage = taken.usage  # the usage chunk the client does not get
+        else:
+            usage = _stream_usage(tail) if event_stream else tail_usage(tail)
+        done(ok, {"usage": usage})
 
 
 def tail_usage(body: bytes) -> dict | None:

@@ -16,8 +16,13 @@ uvicorn's, warnings of the runtime) goes to one file each in <var>/log/
 (node/childlog.py); each warning or error they log is also said on the
 terminal, and a child that cannot start is reported with the end of its log.
 
-A port already in use, or a child that exits during its start window, is a
-clear error and a non-zero exit. After start, a child that dies is restarted
+The web listens on TCP, a Unix socket, or both (ROUTER_LISTEN or the YAML's
+`server.listen`, router/listen.py): with a socket, uvicorn is started through
+config/serve.py and daphne with a Unix endpoint; a stale socket file is
+removed first and the file after the stop.
+
+A port already in use, a socket another server accepts on, or a child that
+exits during its start window, is a clear error and a non-zero exit. After start, a child that dies is restarted
 with backoff while the others keep serving; the children's states go to the
 node state file (/readyz detail, /status, dashboard). Ctrl-C or SIGTERM stops
 every child's process group; children also die with runnode (PDEATHSIG).
@@ -51,6 +56,7 @@ from node.demo import demo_backends as started_demo_backends
 from node.nodebanner import ready_block, started_names
 from node.nodestate import keyspace_heartbeat, write_state
 from node.supervisor import LOG_LIMIT_BYTES, ChildSpec, StartFailure, Supervisor, port_in_use
+from router import listen
 from router.config_schema import ConfigError, load
 from router.redis import sync_client
 from router.services import resolve_config_path
@@ -145,8 +151,17 @@ class Command(BaseCommand):
         except ConfigError as exc:
             raise CommandError(str(exc)) from None
         host, port = opts["host"], opts["port"]
+        try:
+            opts["listen"] = listen.resolve(os.environ, cfg.server.listen, cfg.server.unix_socket_mode)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         specs = self._specs(demo_backends(cfg), cfg, opts)
         for spec in specs:
+            if spec.unix is not None:
+                try:  # a socket file left by a node that died; one still served is an error
+                    listen.clear_stale(spec.unix)
+                except OSError as exc:
+                    raise CommandError(f"{spec.name}: {exc}") from None
             if spec.listen is not None and port_in_use(*spec.listen):
                 hint = ("is another demo node running? stop it, or run your own config (ROUTER_CONFIG)"
                         if spec.name.startswith("demo") else "stop what uses it, or pass --port / ROUTER_PORT")
@@ -187,7 +202,8 @@ class Command(BaseCommand):
             stop_node()
             sys.exit(0)
         self.stdout.write(ready_block(host=host, port=port, started=started, admin=admin, config=path, logs=logs,
-                                      namespace=settings.ROUTER_REDIS_PREFIX))
+                                      namespace=settings.ROUTER_REDIS_PREFIX, tcp=opts["listen"].tcp,
+                                      unix=opts["listen"].unix))
         try:
             last_check, last_config, warned = 0.0, time.monotonic(), set()
             while not stopping:
@@ -225,7 +241,13 @@ class Command(BaseCommand):
         for argv in demo:
             specs.append(ChildSpec(f"demo {argv[4]}", [py, "-m", *argv, "--quiet"],
                                    listen=("127.0.0.1", int(argv[2])), start_window_s=WEB_START_WINDOW_S))
-        if opts["server"] == "uvicorn":
+        where: listen.Listen = opts.get("listen") or listen.Listen()
+        if opts["server"] == "uvicorn" and where.unix is not None:
+            # uvicorn's command listens on one address: config/serve.py binds both.
+            web = [py, "-m", "config.serve", "--host", host, "--port", str(port), "--unix", where.unix,
+                   "--unix-mode", oct(where.mode), "--timeout-graceful-shutdown", str(opts["stop_grace"]),
+                   "--workers", str(opts["workers"]), *([] if where.tcp else ["--no-tcp"])]
+        elif opts["server"] == "uvicorn":
             web = [py, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
                    "--loop", "uvloop", "--http", "config.server:HttpToolsProtocol", "--no-access-log", "--log-level", "warning",
                    "--timeout-graceful-shutdown", str(opts["stop_grace"]),
@@ -237,8 +259,12 @@ class Command(BaseCommand):
         else:
             # daphne has no graceful stop: at SIGTERM it cancels every request at
             # once, and each ends with its error (no grace).
-            web = [py, "-m", "daphne", "-b", host, "-p", str(port), "config.asgi:application"]
-        specs.append(ChildSpec("web", web, listen=(host, port), start_window_s=WEB_START_WINDOW_S))
+            web = [py, "-m", "daphne", *(["-b", host, "-p", str(port)] if where.tcp else [])]
+            if where.unix is not None:  # a Twisted endpoint: its colons escaped, the mode in octal
+                web += ["-e", f"unix:{where.unix.replace(':', chr(92) + ':')}:mode={where.mode:o}"]
+            web.append("config.asgi:application")
+        specs.append(ChildSpec("web", web, listen=(host, port) if where.tcp else None, unix=where.unix,
+                               start_window_s=WEB_START_WINDOW_S))
         appproxy = bool((cfg.appproxy or {}).get("enabled") or (cfg.appproxy_router or {}).get("enabled"))
         if not opts["no_tasks"]:
             # With AppProxy, the tasks process deregisters the node as it exits

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from router.core.clientip import client_ip
-from router.core.ipnets import parse_networks
+from router.core.ipnets import ip_allowed, parse_networks
 
 TRUSTED = parse_networks(["10.0.0.0/8", "fd00::/8"])
 
@@ -42,7 +42,20 @@ TRUSTED = parse_networks(["10.0.0.0/8", "fd00::/8"])
         ("::ffff:10.0.0.2", "198.51.100.7", TRUSTED, "198.51.100.7"),
         # Garbage hop is returned as-is (then matches no allowlist).
         ("10.0.0.2", "unknown", TRUSTED, "unknown"),
+        # A Unix-socket client has no address: X-Forwarded-For is never believed, and
+        # no hop, however written, is ever the empty address.
+        ("", "198.51.100.7", TRUSTED, ""),
+        ("10.0.0.2", '"", [], 10.1.1.1', TRUSTED, "10.1.1.1"),
     ],
 )
 def test_client_ip(peer, xff, trusted, expected):
     assert client_ip(peer, xff, trusted) == expected
+
+
+def test_ip_rules_do_not_apply_to_a_unix_socket_client():
+    """No address (a Unix-socket client) passes every allow-list; an address
+    that is not an IP fails every non-empty one."""
+    nets = parse_networks(["10.0.0.0/8"])
+    assert ip_allowed(nets, "") is True
+    assert ip_allowed(nets, "unknown") is False and ip_allowed(nets, None) is False
+    assert ip_allowed(nets, "10.1.2.3") is True and ip_allowed(nets, "192.0.2.1") is False

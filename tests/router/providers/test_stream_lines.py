@@ -97,8 +97,11 @@ def test_a_stream_cut_anywhere_is_relayed_byte_for_byte_with_the_name_undone(raw
     pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     backend = raw(lambda _body: [head(200, "text/event-stream; charset=utf-8"), *pieces])
     router = router_factory(config(backend.url))
+    # The client asks for the usage chunk the stream has (else the router,
+    # which asked for it, would take it out: test_stream_usage.py).
     r = httpx.post(router.url + "/v1/chat/completions", timeout=30,
-                   json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+                   json={"model": "m", "stream": True, "stream_options": {"include_usage": True},
+                         "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 200
     assert r.content == stream.replace(b'"model":"m-served"', b'"model":"m"').replace(
         b'"model": "m-served"', b'"model": "m"'
