@@ -92,13 +92,10 @@ def probe_url(spec: BackendSpec, path: str) -> str | None:
 
 
 def load_url(spec: BackendSpec, path: str) -> str | None:
-    """Where `spec` publishes its own load (Prometheus text), if its provider
-    knows one (an optional provider method; OpenAI-compatible servers);
-    `path` is health.load_path ("" reads none)."""
-    if not path:
-        return None
-    method = getattr(provider_for(spec.kind), "load_url", None)
-    return method(spec, path) if method is not None else None
+    """Where `spec` publishes its own load (Prometheus text), if it does
+    (self-hosted OpenAI-compatible servers); `path` is health.load_path
+    ("" reads none)."""
+    return provider_for(spec.kind).load_url(spec, path) if path else None
 
 
 def probe_headers(spec: BackendSpec) -> dict[str, str]:

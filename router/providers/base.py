@@ -119,3 +119,9 @@ class Provider(Protocol):
         """The headers of the probe's GET: the provider's own auth header(s)
         and the backend's configured headers."""
         ...
+
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        """Where the backend publishes its own load (Prometheus text, read by
+        the tasks process); `path` is health.load_path. None = it publishes
+        none (only self-hosted OpenAI-compatible servers do)."""
+        ...

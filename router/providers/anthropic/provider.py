@@ -47,6 +47,9 @@ class AnthropicProvider:
     def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
         return auth_headers(spec)
 
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        return None  # publishes no load the router reads
+
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         return anthropic.listed_models(data)
 

@@ -85,6 +85,9 @@ class ResponsesChoiceProvider:
     def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
         return self.inner.probe_headers(spec)
 
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        return self.inner.load_url(spec, path)
+
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         return self.inner.listed_models(data)
 

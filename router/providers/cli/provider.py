@@ -50,6 +50,9 @@ class CliProvider:
     def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
         return {}
 
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        return None  # publishes no load the router reads
+
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         return None
 

@@ -52,6 +52,9 @@ class GeminiProvider:
     def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
         return gemini_headers(spec, json=False)
 
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        return None  # publishes no load the router reads
+
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         return gemini.listed_models(data)
 

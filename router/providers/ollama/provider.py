@@ -48,6 +48,9 @@ class OllamaProvider:
     def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
         return bearer_probe_headers(spec)
 
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        return None  # publishes no load the router reads
+
     def listed_models(self, data: dict[str, Any]) -> list[str] | None:
         """Model names from an `/api/tags` answer."""
         return [m["id"] for m in ollama.models_from_tags(data, owned_by="ollama")]
