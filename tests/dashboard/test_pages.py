@@ -458,3 +458,13 @@ def test_identifiers_wrap_at_their_separators_only_and_stay_escaped():
     assert breakable("weighted_round_robin") == "weighted_<wbr>round_<wbr>robin"
     assert breakable("router:ab12:") == "router:<wbr>ab12:<wbr>"
     assert breakable("<b>x_y") == "&lt;b&gt;x_<wbr>y"
+
+
+def test_names_stay_whole_in_their_title_and_lists_break_between_names_only():
+    from dashboard.templatetags.dash import ident, idents
+
+    assert ident("team-a") == '<span class="ident" title="team-a">team-a</span>'
+    assert ident('<b>"x"') == '<span class="ident" title="&lt;b&gt;&quot;x&quot;">&lt;b&gt;&quot;x&quot;</span>'
+    listed = idents(["chat-a", "chat-b"])
+    assert listed == f'<span class="nowrap">{ident("chat-a")},</span> {ident("chat-b")}'  # no line starts with ","
+    assert idents([]) == "—"

@@ -275,8 +275,9 @@ def test_the_publications_page_shows_it_all(staff, populated):
         f"{EP_A} · 0.7",
         f"{EP_B} · 0.3",
         "no circuit here",
-        f"appproxy-{CIRCUIT_A}-r{ROUTE_1} · http://10.0.0.7:8001 · 70",
-        f"appproxy-{CIRCUIT_A}-r{ROUTE_2} · http://10.0.0.7:8002 · 35",
+        # The backend's name kept on one line (an ident, whole in its title).
+        f"appproxy-{CIRCUIT_A}-r{ROUTE_1}</span> · http://10.0.0.7:8001 · 70",
+        f"appproxy-{CIRCUIT_A}-r{ROUTE_2}</span> · http://10.0.0.7:8002 · 35",
         "r-42",
         "strategy_managed",
         "Pending publications",
