@@ -172,7 +172,12 @@ def router_node(backends):
     manager = RouterManager(fc, authority)
     try:
         node = Node.start(_config(backends, section), port=port, env={"APPPROXY_API_SECRET": API_SECRET})
-        wait_until(lambda: fc.state.worker_by_authority(authority), 60, interval=0.5, what="the node registered with the coordinator")
+        wait_until(
+            lambda: fc.state.worker_by_authority(authority),
+            60,
+            interval=0.5,
+            what="the node registered with the coordinator",
+        )
         endpoint = manager.endpoint("a-deployment-with-a-long-service-name", *backends.values())
         manager.publish(LONG_MODEL, {endpoint: 1.0}, aliases=("chat-alias-one", "chat-alias-two"))
         _traffic(node)
