@@ -18,7 +18,7 @@ from django.utils.safestring import mark_safe
 
 from router.runtime import Runtime, get_runtime
 
-from . import cluster, mirror, modes, recent, selectors
+from . import cluster, mirror, modes, recent, selectors, traffic
 
 
 class Reading:
@@ -60,6 +60,7 @@ SECTIONS: dict[str, Section] = {
     s.name: s
     for s in (
         Section("node", "Node", lambda r: selectors.node_facts(r.rt, r.view, r.backends)),
+        Section("traffic", "Traffic", lambda r: traffic.traffic()),
         Section("workers", "AppProxy worker", lambda r: mirror.worker_rows()),
         Section("backends", "Backends", lambda r: selectors.backends_shown(r.backends)),
         Section(
@@ -94,7 +95,7 @@ class Page:
 
 
 PAGES: tuple[Page, ...] = (
-    Page("overview", "Overview", ("node", "workers")),
+    Page("overview", "Overview", ("node", "traffic", "workers")),
     Page("charts", "Charts", ()),  # plots, not live sections: views.charts_page
     Page("backends", "Backends", ("backends",)),
     Page("cluster", "Cluster", ("cluster",)),

@@ -12,6 +12,7 @@ down (its health, breaker and failure badges), keys named like "team-a".
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from urllib.parse import urlsplit
@@ -76,9 +77,9 @@ MEASURE = """
 """
 
 
-def layout_problems(page, base_url: str, paths: list[str]) -> list[str]:
+def layout_problems(page, base_url: str, paths: list[str], mode: str) -> list[str]:
     """Every path at every width: what MEASURE reports, with a screenshot
-    of each failing (path, width)."""
+    of each failing (path, width), or of each one with LAYOUT_SHOTS=1."""
     problems: list[str] = []
     for path in paths:
         page.set_viewport_size({"width": WIDTHS[-1], "height": 900})
@@ -88,9 +89,9 @@ def layout_problems(page, base_url: str, paths: list[str]) -> list[str]:
             page.set_viewport_size({"width": width, "height": 900})
             # A resize lays out again before the next evaluate's frame.
             found = page.evaluate(MEASURE, [width >= ROOMY, NAMES])
-            if found:
+            if found or os.environ.get("LAYOUT_SHOTS"):  # LAYOUT_SHOTS=1: every page at every width, to look at
                 SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                shot = SCREENSHOTS / f"layout-{re.sub(r'[^a-z0-9]+', '_', path)}-{width}.png"
+                shot = SCREENSHOTS / f"layout-{mode}{re.sub(r'[^a-z0-9]+', '_', path)}-{width}.png"
                 page.screenshot(path=str(shot), full_page=True)
                 problems += [f"{path} at {width} px: {p} [{shot.name}]" for p in found]
     return problems
@@ -207,7 +208,7 @@ def test_no_page_of_a_plain_node_overflows_at_any_width(browser, plain_node, req
     page, close = _session(browser, plain_node, request)
     try:
         paths = with_detail_pages(page, plain_node.url, nav_paths(page))
-        problems = layout_problems(page, plain_node.url, paths + [p for p in APPPROXY_PAGES if p not in paths])
+        problems = layout_problems(page, plain_node.url, paths + [p for p in APPPROXY_PAGES if p not in paths], "plain")
     finally:
         close()
     assert not problems, "\n".join(problems)
@@ -222,7 +223,24 @@ def test_no_page_of_a_router_node_overflows_at_any_width(browser, router_node, r
         )
         paths = nav_paths(page)
         assert set(APPPROXY_PAGES) <= set(paths), paths
-        problems = layout_problems(page, router_node.url, with_detail_pages(page, router_node.url, paths))
+        problems = layout_problems(page, router_node.url, with_detail_pages(page, router_node.url, paths), "router")
     finally:
         close()
     assert not problems, "\n".join(problems)
+
+
+def test_the_overview_names_the_backend_that_is_down_and_counts_the_traffic(browser, plain_node, request):
+    """The six chats the fixture sent (some tried the dead backend first and
+    failed over) and the backend nothing listens on, without a reload."""
+    page, close = _session(browser, plain_node, request)
+    try:
+        down = page.locator(f"#backends-down [data-backend='{DEAD_BACKEND}']")
+        expect(down).to_contain_text(DEAD_BACKEND)
+        expect(page.locator("#backends-down")).not_to_contain_text("fake-a")
+        # The drainers write the aggregates within a second; the section refreshes every 2 s.
+        expect(page.locator("#traffic-rate .sub")).to_have_text("6 requests answered", timeout=30_000)
+        assert float(page.locator("#traffic-rate .value").get_attribute("data-value") or 0) > 0
+        expect(page.locator("#traffic-errors .value")).to_have_text("0.0 %")
+        assert float(page.locator("#traffic-latency .value").get_attribute("data-value") or 0) > 0
+    finally:
+        close()
