@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.apps import apps
+
 LEGACY, ROUTER = "legacy", "router"
 ANY = (LEGACY, ROUTER)
 
@@ -62,10 +64,9 @@ class Modes:
 
 def current() -> Modes | None:
     """The AppProxy modes on in the routing document; None when the appproxy
-    app is absent (its pages are not in the nav then either)."""
-    from . import mirror  # the models are looked up, never imported (appproxy is optional)
-
-    if mirror.model("Circuit") is None:
+    app is absent (its pages are not in the nav then either). Imported when
+    asked: appproxy is optional for the dashboard."""
+    if not apps.is_installed("appproxy"):
         return None
     try:
         from appproxy.legacy.config import load_settings
