@@ -58,6 +58,15 @@ def test_the_figures_cover_the_last_minutes_and_divide_by_the_seconds_covered(re
     assert got["tokens_out_per_min"] == round(54 * 60 / 270, 1)
 
 
+def test_the_percentiles_stay_within_the_latencies_observed(redis_prefix):
+    """Every request took 60 ms: interpolating in the 50-100 ms bin alone
+    would say 75 ms for p50 and 97.5 ms for p95."""
+    now = time.time()
+    write(*[obs(now, 200, 60.0) for _ in range(4)])
+    got = traffic.traffic(now=now)
+    assert got["p50_ms"] == got["p95_ms"] == 60.0
+
+
 def test_no_traffic_shows_zero_and_no_rate(redis_prefix):
     got = traffic.traffic()
     assert got["requests"] == 0 and got["requests_per_min"] == 0.0
