@@ -24,6 +24,7 @@ from django.utils import timezone
 from keys.coordinator import coordinator_key_count
 from router.core.backend import masked_url
 
+from .modes import ABOUT, ROUTER_HOW
 from .selectors import iso, shown
 
 LIMIT = 100
@@ -195,42 +196,6 @@ ROUTER_EVENTS_SHOWN = 20
 # them with their 20,000 backends were 3.8 MB of HTML and ~2 s of the web
 # process's interpreter per refresh.
 PUBLICATIONS_SHOWN = 200
-HOW_TO_ENABLE = (
-    "Set appproxy_router.enabled: true in the router YAML, with coordinator_url, "
-    "api_secret (as ${ENV_VAR}), authority and hostname (see docs/appproxy.md)."
-)
-
-
-APPPROXY_OFF = (
-    "AppProxy mode is off on this node: no coordinator is connected, so there are no circuits, "
-    "routes or coordinator events to show."
-)
-
-
-def appproxy_off() -> dict[str, str] | None:
-    """The notice of the Circuits and Events pages while neither AppProxy mode
-    is enabled (None when one is, or the app is absent): an empty table there
-    is otherwise indistinguishable from a coordinator that sent nothing."""
-    if model("Circuit") is None:
-        return None
-    try:
-        from appproxy.legacy.config import load_settings
-        from appproxy.router_mode.config import load_router_settings
-    except ImportError:
-        return None
-    try:
-        legacy, router = load_settings(), load_router_settings()
-    except Exception:  # an unparsable section is reported by the pages that read it
-        return None
-    if (legacy is not None and legacy.enabled) or (router is not None and router.enabled):
-        return None
-    return {
-        "message": APPPROXY_OFF,
-        "legacy": "Legacy worker (one wildcard domain per model): set appproxy.enabled: true with "
-        "coordinator_url, api_secret and jwt_secret (as ${ENV_VAR}), authority, hostname and wildcard_domain "
-        "(see docs/appproxy.md).",
-        "router": "ROUTER worker (one /v1 for the cluster): " + HOW_TO_ENABLE[0].lower() + HOW_TO_ENABLE[1:],
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +314,7 @@ def publications_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
     if reading is None:
         return None
     if not reading["enabled"]:
-        return {"enabled": False, "error": reading.get("error"), "how_to_enable": HOW_TO_ENABLE}
+        return {"enabled": False, "error": reading.get("error"), "about": ABOUT["publications"], "how": ROUTER_HOW}
     pub_cls, circuit_cls = model("Publication"), model("Circuit")
     s, plan = reading["settings"], reading["plan"]
     try:
@@ -409,7 +374,9 @@ def router_worker_data(reading: dict[str, Any] | None) -> dict[str, Any] | None:
     s, node_id, plan = reading["settings"], reading["node_id"], reading["plan"]
     now = timezone.now()
     try:
-        states = [w.with_unchanged_pulls() for w in cls.objects.filter(authority=s.authority).order_by("pk")] if cls else []
+        states = (
+            [w.with_unchanged_pulls() for w in cls.objects.filter(authority=s.authority).order_by("pk")] if cls else []
+        )
         pub_cls = model("Publication")
         publications = pub_cls.objects.filter(authority=s.authority).count() if pub_cls else 0
         keys = coordinator_key_count()

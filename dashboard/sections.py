@@ -18,7 +18,7 @@ from django.utils.safestring import mark_safe
 
 from router.runtime import Runtime, get_runtime
 
-from . import cluster, mirror, recent, selectors
+from . import cluster, mirror, modes, recent, selectors, traffic
 
 
 class Reading:
@@ -49,16 +49,18 @@ class Section:
     name: str
     title: str
     load: Callable[[Reading], Any]
+    partial: str = ""  # the template's name when sections share one
 
     @property
     def template(self) -> str:
-        return f"dashboard/sections/{self.name}.html"
+        return f"dashboard/sections/{self.partial or self.name}.html"
 
 
 SECTIONS: dict[str, Section] = {
     s.name: s
     for s in (
         Section("node", "Node", lambda r: selectors.node_facts(r.rt, r.view, r.backends)),
+        Section("traffic", "Traffic", lambda r: traffic.traffic()),
         Section("workers", "AppProxy worker", lambda r: mirror.worker_rows()),
         Section("backends", "Backends", lambda r: selectors.backends_shown(r.backends)),
         Section(
@@ -69,7 +71,8 @@ SECTIONS: dict[str, Section] = {
                 "fallback_chains": selectors.fallback_rows(r.view),
             },
         ),
-        Section("appproxy_off", "AppProxy mode", lambda r: mirror.appproxy_off()),
+        Section("circuits_off", "AppProxy mode", lambda r: modes.off_notice("circuits"), "appproxy_off"),
+        Section("events_off", "AppProxy mode", lambda r: modes.off_notice("events"), "appproxy_off"),
         Section("circuits", "Circuits and routes", lambda r: mirror.circuit_rows()),
         Section("keys", "API keys", lambda r: selectors.key_rows(r.key_usage_day)),
         Section("top_keys", "Top users", lambda r: selectors.top_key_rows(r.key_usage_day)),
@@ -88,19 +91,20 @@ class Page:
     title: str
     sections: tuple[str, ...]
     needs: str | None = None  # an appproxy model the page is about
+    modes: tuple[str, ...] = ()  # listed in the nav only while one of these AppProxy modes is on (dashboard.modes)
 
 
 PAGES: tuple[Page, ...] = (
-    Page("overview", "Overview", ("node", "workers")),
+    Page("overview", "Overview", ("node", "traffic", "workers")),
     Page("charts", "Charts", ()),  # plots, not live sections: views.charts_page
     Page("backends", "Backends", ("backends",)),
     Page("cluster", "Cluster", ("cluster",)),
     Page("models", "Models", ("models",)),
-    Page("circuits", "Circuits", ("appproxy_off", "circuits"), needs="Circuit"),
+    Page("circuits", "Circuits", ("circuits_off", "circuits"), needs="Circuit", modes=modes.ANY),
     Page("keys", "Keys", ("top_keys", "keys")),
     Page("requests", "Requests", ("recent",)),
-    Page("events", "Events", ("appproxy_off", "events"), needs="EventRecord"),
-    Page("publications", "Publications", ("publications", "router"), needs="Publication"),
+    Page("events", "Events", ("events_off", "events"), needs="EventRecord", modes=modes.ANY),
+    Page("publications", "Publications", ("publications", "router"), needs="Publication", modes=(modes.ROUTER,)),
 )
 
 

@@ -185,9 +185,15 @@ def fallback_rows(view: RoutingView) -> list[dict[str, Any]]:
     ]
 
 
+# Backends the Overview names when they are not healthy (the Backends page
+# lists every one that needs attention).
+DOWN_NAMED = 10
+
+
 def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -> dict[str, Any]:
     ready, checks = readiness()
     snap = view.snapshot
+    down = [b for b in backends if b["health"] != "healthy"]
     return {
         "ready": ready,
         "checks": {str(k): bool(v) for k, v in checks.items()},
@@ -203,7 +209,11 @@ def node_facts(rt: Runtime, view: RoutingView, backends: list[dict[str, Any]]) -
         "last_error": rt.last_error,
         "waiting": rt.waiting,
         "backends_total": len(backends),
-        "backends_healthy": sum(1 for b in backends if b["health"] == "healthy"),
+        "backends_healthy": len(backends) - len(down),
+        "backends_down": [
+            {"name": b["name"], "health": b["health"], "retry_s": b["breaker_retry_s"]} for b in down[:DOWN_NAMED]
+        ],
+        "backends_down_more": max(len(down) - DOWN_NAMED, 0),
         "in_flight": sum(b["in_flight"] for b in backends),
         "models_total": len(snap.by_model),
         "node": node_health(),

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from redis.exceptions import RedisError
 
-from . import charts, mirror
+from . import charts, mirror, modes
 from .sections import PAGES, SECTIONS, Page, Reading, render_sections
 from .selectors import iso
 
@@ -25,11 +25,13 @@ POLL_MS = 2000
 
 
 def _nav() -> list[dict]:
-    have = mirror.available()
+    """The pages whose models exist and whose AppProxy mode is on; the others
+    still answer at their URL (with a notice saying how to turn them on)."""
+    have, on = mirror.available(), modes.current()
     return [
         {"slug": p.slug, "title": p.title, "url": reverse(f"dashboard:{p.slug}")}
         for p in PAGES
-        if p.needs is None or have.get(p.needs)
+        if (p.needs is None or have.get(p.needs)) and modes.in_nav(p.modes, on)
     ]
 
 

@@ -82,3 +82,22 @@ def breakable(value) -> SafeString:
     for sep in ("_", ":", "-"):
         text = text.replace(sep, sep + "<wbr>")
     return mark_safe(text)
+
+
+@register.filter
+def ident(value) -> SafeString:
+    """A name kept on one line (`team-a`, a backend, a model): in a column too
+    narrow for it, cut with an ellipsis and whole in its tooltip; never broken
+    at a hyphen as prose would be. Escaped."""
+    text = escape("" if value is None else value)
+    return mark_safe(f'<span class="ident" title="{text}">{text}</span>')
+
+
+@register.filter
+def idents(values) -> SafeString:
+    """Names, each an `ident`, a line breaking only between them; none → '—'."""
+    if not values:
+        return mark_safe(NONE)
+    *head, last = [ident(v) for v in values]
+    # Each comma rides with its name: a line never starts with one.
+    return mark_safe("".join(f'<span class="nowrap">{name},</span> ' for name in head) + last)

@@ -48,13 +48,16 @@ class Node:
         self.proc = proc
 
     @classmethod
-    def start(cls, config: str, *, join: Node | None = None, env: dict[str, str] | None = None) -> Node:
+    def start(
+        cls, config: str, *, join: Node | None = None, env: dict[str, str] | None = None, port: int | None = None
+    ) -> Node:
         """Start a node and wait until it serves; `join` makes it a second
-        node of that node's deployment (its database and Redis prefix)."""
+        node of that node's deployment (its database and Redis prefix);
+        `port` when the config must name it (a ROUTER node's api_port)."""
         shared = {"ROUTER_REDIS_PREFIX": f"test:browser:{uuid.uuid4().hex[:10]}:", "ROUTER_POLL_SECONDS": "2"}
         if join is not None:
             shared = {k: join.proc.env[k] for k in ("ROUTER_REDIS_PREFIX", "DATABASE_URL", "ROUTER_STATUS_TOKEN")}
-        proc = NodeProc(config=config, env={**shared, **(env or {})})
+        proc = NodeProc(config=config, env={**shared, **(env or {})}, port=port)
         node = cls(proc)
         try:
             proc.start()

@@ -177,16 +177,19 @@ def test_requests_page_reports_redis_down_instead_of_failing(staff, monkeypatch)
     assert "Redis unavailable" in resp.content.decode()
 
 
-def test_appproxy_pages_are_hidden_from_the_nav_until_the_models_exist(staff):
+def test_appproxy_pages_are_in_the_nav_only_while_their_mode_is_on(staff):
     from dashboard import mirror
 
-    resp = staff.get("/dashboard/")
-    nav = [item["slug"] for item in resp.context["nav"]]
-    have = mirror.available()
-    assert have == {"WorkerState": True, "Circuit": True, "EventRecord": True, "Publication": True}  # installed
-    assert ("circuits" in nav) == have["Circuit"]
-    assert ("events" in nav) == have["EventRecord"]
-    assert ("publications" in nav) == have["Publication"]
+    assert mirror.available() == {"WorkerState": True, "Circuit": True, "EventRecord": True, "Publication": True}
+
+    def nav() -> set[str]:
+        return {item["slug"] for item in staff.get("/dashboard/").context["nav"]}
+
+    _document({"api_keys": {"mode": "open"}})
+    assert not nav() & {"circuits", "events", "publications"}
+    assert {"overview", "charts", "backends", "cluster", "models", "keys", "requests"} <= nav()
+    _document({"appproxy": LEGACY_ON})
+    assert {"circuits", "events"} <= nav() and "publications" not in nav()
 
 
 # -- live.json -----------------------------------------------------------------
@@ -426,28 +429,32 @@ def _document(document: dict) -> None:
     bump_revision("test: document")
 
 
-def test_circuits_and_events_say_appproxy_mode_is_off_and_how_to_turn_it_on(staff):
+LEGACY_ON = {
+    "enabled": True,
+    "coordinator_url": "http://127.0.0.1:9",
+    "api_secret": "s",
+    "jwt_secret": "j",
+    "authority": "worker-1",
+    "hostname": "127.0.0.1",
+    "wildcard_domain": "models.example.com",
+}
+
+
+@pytest.mark.parametrize(
+    ("url", "shows"),
+    [("/dashboard/circuits/", "lists the circuits"), ("/dashboard/events/", "events as this node receives them")],
+)
+def test_circuits_and_events_say_what_they_show_once_appproxy_is_on_and_how_to_turn_it_on(staff, url, shows):
     _document({"api_keys": {"mode": "open"}})
-    for url in ("/dashboard/circuits/", "/dashboard/events/"):
-        page = staff.get(url).content.decode()
-        assert 'id="appproxy-off"' in page, url
-        assert "appproxy.enabled: true" in page and "appproxy_router.enabled: true" in page
+    page = staff.get(url).content.decode()
+    notice = page[page.index('id="appproxy-off"') :].split("</div>")[0]
+    assert shows in notice
+    assert "appproxy.enabled: true" in notice and "docs/appproxy.md" in notice
+    assert "appproxy_router.enabled: true" in notice and "docs/router-mode.md" in notice
 
 
 def test_the_appproxy_off_notice_is_gone_once_a_mode_is_enabled(staff):
-    _document(
-        {
-            "appproxy": {
-                "enabled": True,
-                "coordinator_url": "http://127.0.0.1:9",
-                "api_secret": "s",
-                "jwt_secret": "j",
-                "authority": "worker-1",
-                "hostname": "127.0.0.1",
-                "wildcard_domain": "models.example.com",
-            }
-        }
-    )
+    _document({"appproxy": LEGACY_ON})
     page = staff.get("/dashboard/circuits/").content.decode()
     assert 'id="appproxy-off"' not in page
 
@@ -458,3 +465,13 @@ def test_identifiers_wrap_at_their_separators_only_and_stay_escaped():
     assert breakable("weighted_round_robin") == "weighted_<wbr>round_<wbr>robin"
     assert breakable("router:ab12:") == "router:<wbr>ab12:<wbr>"
     assert breakable("<b>x_y") == "&lt;b&gt;x_<wbr>y"
+
+
+def test_names_stay_whole_in_their_title_and_lists_break_between_names_only():
+    from dashboard.templatetags.dash import ident, idents
+
+    assert ident("team-a") == '<span class="ident" title="team-a">team-a</span>'
+    assert ident('<b>"x"') == '<span class="ident" title="&lt;b&gt;&quot;x&quot;">&lt;b&gt;&quot;x&quot;</span>'
+    listed = idents(["chat-a", "chat-b"])
+    assert listed == f'<span class="nowrap">{ident("chat-a")},</span> {ident("chat-b")}'  # no line starts with ","
+    assert idents([]) == "—"

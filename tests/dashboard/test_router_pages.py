@@ -199,7 +199,20 @@ def _sections(client, url: str = "/dashboard/publications/") -> dict:
 
 
 # -- the Publications page -------------------------------------------------------
-def test_publications_is_in_the_nav(staff, router_off):
+def test_publications_is_in_the_nav_while_router_mode_is_on(staff, router_on):
+    nav = [item["slug"] for item in staff.get("/dashboard/").context["nav"]]
+    assert {"publications", "circuits", "events"} <= set(nav)
+
+
+def test_publications_leaves_the_nav_while_router_mode_is_off_and_still_answers(staff, router_off):
+    nav = [item["slug"] for item in staff.get("/dashboard/").context["nav"]]
+    assert "publications" not in nav
+    assert staff.get("/dashboard/publications/").status_code == 200
+
+
+def test_a_router_section_that_does_not_parse_keeps_publications_in_the_nav(staff, router_off):
+    """Its page is where the operator reads what is wrong."""
+    _document({"enabled": True})  # no coordinator_url, authority, …
     nav = [item["slug"] for item in staff.get("/dashboard/").context["nav"]]
     assert "publications" in nav
 
@@ -212,7 +225,11 @@ def test_router_off_says_so_and_how_to_turn_it_on(staff, router_off):
     assert sections["router"]["data"] == {"enabled": False}
     page = resp.content.decode()
     assert "ROUTER mode is off" in page
-    assert "appproxy_router.enabled: true" in page and "docs/appproxy.md" in page
+    notice = page[page.index('id="router-off"') :].split("</div>")[0]
+    # What the page shows once it is on, and how: the ROUTER mode doc, not the legacy one.
+    assert "model names Backend.AI publishes" in notice and "Router worker panel" in notice
+    assert "appproxy_router.enabled: true" in notice and "docs/router-mode.md" in notice
+    assert "docs/appproxy.md" not in notice
     # The worker panel renders nothing (the empty panel is hidden by CSS).
     assert '<section class="panel" data-live="router"></section>' in page
 
@@ -275,8 +292,9 @@ def test_the_publications_page_shows_it_all(staff, populated):
         f"{EP_A} · 0.7",
         f"{EP_B} · 0.3",
         "no circuit here",
-        f"appproxy-{CIRCUIT_A}-r{ROUTE_1} · http://10.0.0.7:8001 · 70",
-        f"appproxy-{CIRCUIT_A}-r{ROUTE_2} · http://10.0.0.7:8002 · 35",
+        # The backend's name kept on one line (an ident, whole in its title).
+        f"appproxy-{CIRCUIT_A}-r{ROUTE_1}</span> · http://10.0.0.7:8001 · 70",
+        f"appproxy-{CIRCUIT_A}-r{ROUTE_2}</span> · http://10.0.0.7:8002 · 35",
         "r-42",
         "strategy_managed",
         "Pending publications",
