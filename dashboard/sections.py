@@ -62,7 +62,7 @@ SECTIONS: dict[str, Section] = {
         Section("node", "Node", lambda r: selectors.node_facts(r.rt, r.view, r.backends)),
         Section("traffic", "Traffic", lambda r: traffic.traffic()),
         Section("workers", "AppProxy worker", lambda r: mirror.worker_rows()),
-        Section("backends", "Backends", lambda r: selectors.backends_shown(r.backends)),
+        Section("backends", "Backends", lambda r: selectors.backends_shown(r.backends, r.rt)),
         Section(
             "models",
             "Models and aliases",

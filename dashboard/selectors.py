@@ -105,10 +105,15 @@ def shown(rows: list[Any], limit: int, needs_attention: Callable[[Any], bool]) -
     return {"rows": [rows[i] for i in sorted(keep)], "hidden": len(rows) - len(keep), "total": len(rows)}
 
 
-def backends_shown(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def backends_shown(rows: list[dict[str, Any]], rt: Runtime | None = None) -> dict[str, Any]:
     """The Backends section: at most BACKENDS_SHOWN rows; those left out are
-    healthy, idle and never failed."""
-    return shown(rows, BACKENDS_SHOWN, _needs_attention)
+    healthy, idle and never failed; and, under cache_aware, the size of this
+    process's prompt index."""
+    out = shown(rows, BACKENDS_SHOWN, _needs_attention)
+    index = rt.prefix_index if rt is not None else None
+    if index is not None:
+        out["prefix_index"] = {"entries": len(index), "max_entries": index.max_entries, "replicas": index.replicas()}
+    return out
 
 
 def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:
@@ -135,8 +140,11 @@ def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:
                 "breaker": state.breaker,
                 "breaker_retry_s": retry_in,
                 "in_flight": state.in_flight,
+                "reported_load": state.reported_load(now),
+                "kv_usage": state.kv_usage if state.reported_until > now else None,
                 "ewma_ms": rounded(state.ewma_ms),
                 "requests": state.total,
+                "prompt_cache_hit_ratio": state.cache_hit_ratio,
                 "failures": state.failures,
             }
         )

@@ -12,10 +12,10 @@ processes themselves.
 The same round reads each self-hosted OpenAI-compatible backend's own load
 every `health.load_interval` (GET `health.load_path`, /metrics: vLLM,
 SGLang, llama.cpp; router.core.loadreport) and publishes the reports on
-`<prefix>load`, good for three intervals. A backend whose answer holds no
-load is asked again only after NO_LOAD_RETRY_S; one whose prefix-cache
-counters went backwards restarted, and is announced as such (its prompt
-cache is gone).
+`<prefix>load`, good for three intervals (three ticks, if longer). A
+backend whose answer holds no load is asked again only after
+NO_LOAD_RETRY_S; one whose prefix-cache counters went backwards restarted,
+and is announced as such (its prompt cache is gone).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ _last_load: dict[str, float] = {}  # when each backend's load was last read
 _no_load_until: dict[str, float] = {}  # backends that publish none, until when we believe it
 _cache_queries: dict[str, float] = {}  # each one's prefix-cache query counter, last seen
 NO_LOAD_RETRY_S = 600.0
+TICK_S = 2.0  # the beat schedule of router.probe_backends (config/celery.py)
 # This process's view of the mirror, kept current from the change log;
 # without the requests-only parts (the keyring): this process serves no request.
 _snapshot = EMPTY
@@ -177,7 +178,8 @@ def _publish_loads(reports: list[tuple[str, LoadReport | None]], interval_s: flo
             _cache_queries[name] = report.cache_queries
     if not loads and not restarted:
         return
-    message = {"ttl": interval_s * 3, "load": loads, "restarted": restarted}
+    # Good for three reads: a read comes at most every tick, however short the interval.
+    message = {"ttl": max(interval_s, TICK_S) * 3, "load": loads, "restarted": restarted}
     try:
         sync_client().publish(load_key(), orjson.dumps(message))
     except Exception as exc:

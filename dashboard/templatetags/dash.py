@@ -65,6 +65,14 @@ def duration(seconds) -> str:
 
 
 @register.filter
+def percent(value) -> str:
+    """A ratio 0..1 as a whole percentage; '' for none."""
+    if not isinstance(value, int | float):
+        return ""
+    return f"{value * 100:.0f} %"
+
+
+@register.filter
 def orblank(value) -> str:
     """None / '' / [] → '—'; lists joined with ', '."""
     if value is None or value == "" or value == []:

@@ -66,6 +66,11 @@ def test_a_conversation_stays_where_its_prompt_is_cached(openai_backends, router
     assert ratios and max(ratios) > 0.5
     metrics = httpx.get(router.url + "/metrics", timeout=10).text
     assert re.search(r'router_cached_tokens_total\{backend="[abcd]",model="m"\} [1-9]', metrics)
+    dashboard = router.staff_session()  # the operator sees the same on the Backends page
+    page = dashboard.get("/dashboard/backends/").text
+    dashboard.close()
+    assert re.search(r"prompt cache [1-9]\d* %", page)
+    assert re.search(r"cache_aware prompt index of this process: [1-9]\d* of at most", page)
 
 
 def test_a_backend_that_lost_its_cache_stops_being_its_holder(openai_backends, router_factory):
@@ -102,6 +107,9 @@ def test_the_load_a_backend_reports_steers_least_in_flight(openai_backends, rout
         return rows["a"]["reported_load"] == 40 and rows["b"]["reported_load"] in (0, None)  # (idle: no state kept)
 
     wait_until(reported, 60, interval=0.2, what="both backends' load reports")
+    dashboard = router.staff_session()
+    assert "reports 40 · KV 0 %" in dashboard.get("/dashboard/backends/").text
+    dashboard.close()
     with httpx.Client(base_url=router.url, timeout=30) as http:
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         assert {answered_by(http.post("/v1/chat/completions", json=chat)) for _ in range(8)} == {"b"}
