@@ -125,3 +125,25 @@ class Provider(Protocol):
         the tasks process); `path` is health.load_path. None = it publishes
         none (only self-hosted OpenAI-compatible servers do)."""
         ...
+
+
+class Wrapper:
+    """A provider around another (`inner`): it probes, reads load and lists
+    models as `inner` does, and says how it answers requests itself."""
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.kinds: frozenset[str] = inner.kinds
+        self.path: str = inner.path
+
+    def probe_url(self, spec: BackendSpec, path: str) -> str | None:
+        return self.inner.probe_url(spec, path)
+
+    def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
+        return self.inner.probe_headers(spec)
+
+    def load_url(self, spec: BackendSpec, path: str) -> str | None:
+        return self.inner.load_url(spec, path)
+
+    def listed_models(self, data: dict[str, Any]) -> list[str] | None:
+        return self.inner.listed_models(data)

@@ -28,11 +28,10 @@ and the probe and model listing, are `inner`'s.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from ...core.backend import BackendSpec
 from ...request import Envelope
-from ..base import Exchange, Provider
+from ..base import Exchange, Provider, Wrapper
 from .provider import BridgedProvider
 
 NATIVE, BRIDGE, AUTO = "native", "bridge", "auto"
@@ -64,32 +63,18 @@ class Learned:
 LEARNED = Learned()
 
 
-class ResponsesChoiceProvider:
+class ResponsesChoiceProvider(Wrapper):
     """`inner` for every endpoint; `/v1/responses` natively or bridged, per backend."""
 
     chooses_responses = True  # router.providers.RESPONSES_KINDS: `responses:` applies
 
     def __init__(self, inner: Provider, learned: Learned = LEARNED) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.bridge = BridgedProvider(inner)
         self.learned = learned
-        self.kinds: frozenset[str] = inner.kinds
-        self.path: str = inner.path
 
     def __repr__(self) -> str:
         return f"responses_choice({self.inner!r})"
-
-    def probe_url(self, spec: BackendSpec, path: str) -> str | None:
-        return self.inner.probe_url(spec, path)
-
-    def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
-        return self.inner.probe_headers(spec)
-
-    def load_url(self, spec: BackendSpec, path: str) -> str | None:
-        return self.inner.load_url(spec, path)
-
-    def listed_models(self, data: dict[str, Any]) -> list[str] | None:
-        return self.inner.listed_models(data)
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         if env.endpoint != "responses":

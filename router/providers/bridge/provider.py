@@ -20,14 +20,13 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import orjson
 
 from ...core.backend import BackendSpec
 from ...core.errors import RouterError, UpstreamError
 from ...request import Envelope
-from ..base import Exchange, Provider
+from ..base import Exchange, Provider, Wrapper
 from ..normalized import new_id
 from .answer import chat_to_response
 from .request import responses_to_chat
@@ -47,29 +46,15 @@ class _Bridge:
     translator: ResponsesFromChat | None = None  # streams only
 
 
-class BridgedProvider:
+class BridgedProvider(Wrapper):
     """`inner` for every endpoint, plus `/v1/responses` through its chat completions."""
 
     def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-        self.kinds: frozenset[str] = inner.kinds
-        self.path: str = inner.path
+        super().__init__(inner)
         self.runs_command: bool = getattr(inner, "runs_command", False)  # router.providers.COMMAND_KINDS
 
     def __repr__(self) -> str:
         return f"bridged({self.inner!r})"
-
-    def probe_url(self, spec: BackendSpec, path: str) -> str | None:
-        return self.inner.probe_url(spec, path)
-
-    def probe_headers(self, spec: BackendSpec) -> dict[str, str]:
-        return self.inner.probe_headers(spec)
-
-    def load_url(self, spec: BackendSpec, path: str) -> str | None:
-        return self.inner.load_url(spec, path)
-
-    def listed_models(self, data: dict[str, Any]) -> list[str] | None:
-        return self.inner.listed_models(data)
 
     async def start(self, rt, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
         if env.endpoint != "responses":
