@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "router",
     "node",
     "keys",
+    "adminapi",
     "dashboard",
 ]
 # daphne's app only gives `manage.py runserver` its ASGI server; importing it

@@ -9,7 +9,7 @@ import pytest
 
 from keys.keyring import hash_key
 from keys.models import ApiKey, KeySource
-from keys.selectors import compile_keyring
+from keys.selectors import compile_keyring, update_keyring
 from keys.services import (
     key_create,
     key_delete,
@@ -18,7 +18,6 @@ from keys.services import (
     key_set_enabled,
     key_update,
 )
-from keys.selectors import update_keyring
 from router.revision import current_revision
 
 pytestmark = pytest.mark.django_db
