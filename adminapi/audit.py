@@ -24,8 +24,10 @@ def digest_of(state: Any) -> str:
 
 
 def record(actor: str, action: str, target: str = "", *, before: Any = None, after: Any = None,
-           detail: dict[str, Any] | None = None) -> AuditEntry:
+           digests: tuple[str, str] | None = None, detail: dict[str, Any] | None = None) -> AuditEntry:
+    """`before`/`after`: states to digest; or `digests`, when the change has
+    its own (a config text's file digest)."""
+    first, second = digests if digests is not None else (digest_of(before), digest_of(after))
     return AuditEntry.objects.create(
-        actor=actor[:250], action=action, target=target[:300], before=digest_of(before), after=digest_of(after),
-        detail=detail or {},
+        actor=actor[:250], action=action, target=target[:300], before=first, after=second, detail=detail or {},
     )

@@ -26,6 +26,11 @@ class AdminApiError(Exception):
         self.extra = extra or {}
         super().__init__(self.message)
 
+    def with_code(self, code: str) -> AdminApiError:
+        """The same refusal under a more precise code."""
+        self.code = code
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
                           **self.extra}}
@@ -110,14 +115,7 @@ class VersionConflict(Conflict):
     message = "The config changed since the version given in If-Match."
 
 
-class PreconditionRequired(AdminApiError):
-    status = 428
-    type = "invalid_request_error"
-    code = "precondition_required"
-    message = "This change needs an If-Match header with the current version."
-
-
 CATALOGUE: tuple[type[AdminApiError], ...] = (
     AdminApiError, InvalidRequest, InvalidConfig, Unauthenticated, ReadOnlyToken, CsrfFailed, NotStaff,
-    ReadOnlyResource, NotFound, MethodNotAllowed, Conflict, VersionConflict, PreconditionRequired,
+    ReadOnlyResource, NotFound, MethodNotAllowed, Conflict, VersionConflict,
 )  # fmt: skip

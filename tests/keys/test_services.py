@@ -138,7 +138,7 @@ def test_rotate_issues_a_twin_and_revokes_the_first():
 
 def test_rotate_with_grace_lets_the_first_expire_later_not_at_once():
     old, old_plain = key_create(name="ci")
-    new, new_plain = key_rotate(old, grace=timedelta(minutes=5))
+    _new, new_plain = key_rotate(old, grace=timedelta(minutes=5))
     ring = compile_keyring()
     first = ring.lookup(old_plain)
     assert first is not None and ring.lookup(new_plain) is not None
