@@ -189,3 +189,12 @@ def test_the_demo_config_is_not_written(api, settings):
     settings.ROUTER_CONFIG = ""
     settings.BASE_DIR = "/nonexistent-dir-for-test"
     assert_error(api("PUT", "/config", "backends: []\n"), 409, "config_not_writable")
+
+
+def test_backends_before_a_ready_snapshot_come_from_the_mirror_with_secrets_masked(api, config_file):
+    listing = api("GET", "/backends?source=config").json()
+    assert [b["name"] for b in listing["data"]] == ["a", "b"] and listing["total"] == 2
+    assert listing["data"][0]["url"] == "http://***@127.0.0.1:9/v1"
+    assert b"hunter2" not in api("GET", "/backends").content
+    paged = api("GET", "/backends?limit=1&offset=1").json()
+    assert [b["name"] for b in paged["data"]] == ["b"] and paged["total"] == 2

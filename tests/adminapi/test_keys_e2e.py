@@ -74,3 +74,14 @@ def test_a_key_made_by_the_api_serves_and_stops_when_disabled_rotated_deleted(ro
     logs = router.logs()
     for secret in (key, new, token):
         assert secret not in logs
+
+
+def test_backends_are_listed_with_the_answering_process_s_live_state(router, admin, backend):
+    client, _ = admin
+    chat(router, None)  # whatever the gate answers, the list below is read-only
+    listing = client.get("/backends").json()
+    assert listing["live"] is True and listing["total"] == 1
+    (a,) = listing["data"]
+    assert (a["name"], a["source"], a["models"], a["url"]) == ("a", "config", ["m"], backend.url.rstrip("/"))
+    assert a["health"] == "healthy" and a["usable"] is True and a["in_flight"] == 0
+    assert client.get("/backends?model=nope").json()["total"] == 0
