@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "router",
     "node",
     "keys",
+    "adminapi",
     "dashboard",
 ]
 # daphne's app only gives `manage.py runserver` its ASGI server; importing it
@@ -135,6 +136,7 @@ CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 
 # The router's own process settings (routing itself lives in the YAML).
 ROUTER_CONFIG = os.environ.get("ROUTER_CONFIG", "")
+ROUTER_CONFIG_VERSIONS = int(os.environ.get("ROUTER_CONFIG_VERSIONS", "100"))  # applied YAML texts kept
 ROUTER_MAX_BODY_BYTES = int(os.environ.get("ROUTER_MAX_BODY_BYTES", str(32 * 1024 * 1024)))
 # /v1 bodies are capped by the YAML's server.max_body_bytes in config/lean.py
 # (before they are read); this is Django's own ceiling for every other path.

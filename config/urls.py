@@ -3,6 +3,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
+from adminapi import api as adminapi
 from config import root
 from node import ops
 from router import api
@@ -14,6 +15,7 @@ urlpatterns = [
     path("readyz", ops.readyz),
     path("metrics", ops.metrics),
     path("status", ops.status),
+    path("api/v1/", include((adminapi.urlpatterns(), "adminapi"))),
     path("admin/", admin.site.urls),
     path("dashboard/", include("dashboard.urls")),
     # Browsers ask for /favicon.ico on every page (the admin's too).

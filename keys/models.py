@@ -48,6 +48,9 @@ class ApiKey(models.Model):
         help_text="IPs or CIDRs (IPv4/IPv6); empty = any address.",
     )
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Reversible, unlike revoked_at: a disabled key is out of the keyring
+    # (401 invalid_api_key) until it is enabled again (keys.services.key_set_enabled).
+    disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -69,6 +72,10 @@ class ApiKey(models.Model):
         return self.revoked_at is not None
 
     @property
+    def is_enabled(self) -> bool:
+        return self.disabled_at is None
+
+    @property
     def display_hint(self) -> str:
         return self.hint or (f"id:{self.key_id}" if self.key_id else "")
 
@@ -76,7 +83,7 @@ class ApiKey(models.Model):
         return f"{self.name} ({self.display_hint})" if self.display_hint else self.name
 
     def __repr__(self) -> str:  # never the hash
-        state = " revoked" if self.revoked_at else ""
+        state = " revoked" if self.revoked_at else (" disabled" if self.disabled_at else "")
         return (
             f"<ApiKey {self.pk} {self.name!r} {self.source} {self.display_hint}{state}>"
         )

@@ -1,7 +1,7 @@
 """Reads of the key table: compile the immutable Keyring (off the hot path).
 
-Called when a web process rebuilds its routing snapshot. Revoked keys are
-left out (they become "unknown" → 401); expired keys stay in so the gate can
+Called when a web process rebuilds its routing snapshot. Revoked and
+disabled keys are left out (they become "unknown" → 401); expired keys stay in so the gate can
 answer 401 expired_api_key instead of invalid_api_key.
 """
 
@@ -75,7 +75,7 @@ def compile_keyring() -> Keyring:
     thousand while 100,000 records are alive, and the collections that set
     off walked them all, again and again: 1.5-2 s for 100,000 keys with it,
     0.5 s without (records and maps hold no cycles)."""
-    rows = _key_rows(ApiKey.objects.filter(revoked_at__isnull=True))
+    rows = _key_rows(ApiKey.objects.filter(revoked_at__isnull=True, disabled_at__isnull=True))
     with gcwork.paused():
         return Keyring(_records(rows.iterator(chunk_size=5000)))
 
@@ -130,8 +130,10 @@ def _record(row: Any) -> KeyRecord:
 # built once (router/sqlread.py): the ORM's compiling of this query was
 # ~0.5 ms of the interpreter per key revocation. The fixed source lets SQLite
 # use the partial unique index on coordinator key ids.
-_CHANGED = InRead(ApiKey, (*_FIELDS, "revoked_at"), "id", equal={"source": SOURCE_OPERATOR})
-_CHANGED_BY_KEY_ID = InRead(ApiKey, (*_FIELDS, "revoked_at"), "key_id", equal={"source": SOURCE_COORDINATOR})
+_CHANGED = InRead(ApiKey, (*_FIELDS, "revoked_at", "disabled_at"), "id", equal={"source": SOURCE_OPERATOR})
+_CHANGED_BY_KEY_ID = InRead(
+    ApiKey, (*_FIELDS, "revoked_at", "disabled_at"), "key_id", equal={"source": SOURCE_COORDINATOR}
+)
 
 
 def update_keyring(prev: Keyring, changes: Mapping[str, frozenset[str]], _document: Any = None) -> Keyring:
@@ -140,7 +142,7 @@ def update_keyring(prev: Keyring, changes: Mapping[str, frozenset[str]], _docume
     pks = [int(i.split(":", 1)[1]) for i in ids if i.startswith("operator:") and i.split(":", 1)[1].isdigit()]
     key_ids = [i.split(":", 1)[1] for i in ids if i.startswith("coordinator:")]
     rows = itertools.chain(_CHANGED(pks), _CHANGED_BY_KEY_ID(key_ids))
-    return prev.replaced(ids, [_record(row) for row in rows if row.revoked_at is None])
+    return prev.replaced(ids, [_record(row) for row in rows if row.revoked_at is None and row.disabled_at is None])
 
 
 def key_list(*, include_revoked: bool = True):

@@ -3,8 +3,8 @@
 Every write happens in one transaction together with `bump_revision`, so each
 web process recompiles its keyring within a second of the commit (KEY-2).
 
-Operator services (`key_create`, `key_update`, `key_revoke`, `key_rotate`,
-`key_delete`) only accept operator rows; coordinator rows are never written
+Operator services (`key_create`, `key_update`, `key_set_enabled`,
+`key_revoke`, `key_rotate`, `key_delete`) only accept operator rows; coordinator rows are never written
 here (KEY-3): keys.coordinator writes those, for the ROUTER worker. Plaintext keys are returned once and never stored, logged or
 put in a revision reason.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -44,6 +44,7 @@ __all__ = [
     "key_delete",
     "key_revoke",
     "key_rotate",
+    "key_set_enabled",
     "key_update",
     "new_plaintext",
 ]
@@ -118,6 +119,25 @@ def key_update(key: ApiKey, **changes: Any) -> ApiKey:
     return key
 
 
+def key_set_enabled(key: ApiKey, enabled: bool) -> ApiKey:
+    """Disable an operator key (out of every keyring: 401 invalid_api_key) or
+    enable it again; idempotent, and unlike a revocation reversible."""
+    _require_operator(key)
+    with transaction.atomic():
+        current = ApiKey.objects.select_for_update().get(pk=key.pk)
+        if current.revoked_at is not None and enabled:
+            raise ValueError("this key is revoked; create a new key instead")
+        if (current.disabled_at is None) == enabled:
+            key.disabled_at = current.disabled_at
+            return key
+        key.disabled_at = None if enabled else timezone.now()
+        ApiKey.objects.filter(pk=key.pk).update(disabled_at=key.disabled_at)
+        touch(TOPIC, record_id(key))
+        bump_revision(f"keys: {'enabled' if enabled else 'disabled'} {key.name} {key.hint}")
+    log.info("api key %s", "enabled" if enabled else "disabled", extra={"key": key.pk, "hint": key.hint})
+    return key
+
+
 def _mark_revoked(key: ApiKey) -> bool:
     now = timezone.now()
     done = ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
@@ -139,16 +159,28 @@ def key_revoke(key: ApiKey) -> ApiKey:
     return key
 
 
-def key_rotate(key: ApiKey) -> tuple[ApiKey, str]:
-    """Issue a second key with the same settings, then revoke the first."""
+def key_rotate(key: ApiKey, *, grace: timedelta | None = None) -> tuple[ApiKey, str]:
+    """Issue a second key with the same settings, then revoke the first, or
+    with a ``grace`` let the first expire that much later (an earlier expiry
+    it already had stays): clients switch over meanwhile, and the gate then
+    answers 401 expired_api_key."""
     _require_operator(key)
+    if grace is not None and grace.total_seconds() < 0:
+        raise ValueError("grace: expected zero or more seconds")
     with transaction.atomic():
         current = ApiKey.objects.select_for_update().get(pk=key.pk)
         if current.revoked_at is not None:
             raise ValueError("this key is revoked; create a new key instead")
         fields = {name: getattr(current, name) for name in EDITABLE}
         new, plaintext = _insert(fields)
-        _mark_revoked(key)
+        if grace:
+            ends = timezone.now() + grace
+            if current.expires_at is None or current.expires_at > ends:
+                ApiKey.objects.filter(pk=key.pk).update(expires_at=ends)
+                key.expires_at = ends
+                touch(TOPIC, record_id(key))
+        else:
+            _mark_revoked(key)
         bump_revision(f"keys: rotated {key.name} {key.hint} -> {new.hint}")
     log.info(
         "api key rotated", extra={"key": key.pk, "new_key": new.pk, "hint": new.hint}

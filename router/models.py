@@ -55,6 +55,32 @@ class ConfigDocument(dj.Model):
     applied_at = dj.DateTimeField(auto_now=True)
 
 
+class ConfigVersion(dj.Model):
+    """One applied YAML text: the config's history (router/config_history.py).
+
+    Written in the transaction that applies the text, by whichever writer
+    applied it (the file watch: source "file"; the admin API: "api"), so a
+    version exists exactly when its text reached the mirror. The newest
+    `ROUTER_CONFIG_VERSIONS` are kept. `text` is the file as written: it may
+    hold literal secrets, like the file; readers show it masked.
+    """
+
+    number = dj.PositiveIntegerField(unique=True)
+    created_at = dj.DateTimeField(auto_now_add=True)
+    source = dj.CharField(max_length=16, default="file")
+    actor = dj.CharField(max_length=250, blank=True, default="")
+    note = dj.CharField(max_length=200, blank=True, default="")
+    path = dj.CharField(max_length=500, blank=True, default="")
+    digest = dj.CharField(max_length=64)
+    text = dj.TextField()
+
+    class Meta:
+        ordering = ["-number"]
+
+    def __repr__(self) -> str:  # never the text
+        return f"<ConfigVersion {self.number} {self.source} {self.actor}>"
+
+
 class RoutingRevision(dj.Model):
     """A counter bumped by every committed change; one row (pk=1)."""
 

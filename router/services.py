@@ -2,13 +2,21 @@
 
 `config_sync` owns the `config` namespace: it makes the Backend rows of source
 `config` equal the YAML file and never touches `admin` or `appproxy` rows.
+
+`config_write` is how anything but an editor changes the config (the admin
+API): it writes the file atomically and applies it through the same `_apply`
+in one transaction, so the file stays the one source of truth and the file
+watch finds its bytes already applied. Every applied text is a version
+(router/config_history.py), attributed to the writer that applied it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import LockError, RedisError
 
-from . import global_prompts
+from . import config_history, global_prompts
 from .bulk import insert_rows
 from .config_schema import COMMAND_SECTION, ConfigError, load, parse_tracked
 from .models import Backend, ConfigDocument, Source
@@ -80,7 +88,10 @@ def _extra(raw: dict, parsed) -> dict:
     return extra
 
 
-def config_sync(path: Path | None = None, *, force: bool = False, incremental: bool = False) -> bool:
+def config_sync(
+    path: Path | None = None, *, force: bool = False, incremental: bool = False,
+    origin: config_history.Origin | None = None,
+) -> bool:
     """Apply the YAML file to the DB mirror. Returns True when something changed.
 
     Raises ConfigError (naming file, key and fix) on an invalid file; the
@@ -98,13 +109,13 @@ def config_sync(path: Path | None = None, *, force: bool = False, incremental: b
             _remember_applied(path, digest)
         return False  # already applied (checked again under the lock below); no parse
     if force:
-        return _apply(path, text, digest, force=True, incremental=incremental)
+        return _apply(path, text, digest, force=True, incremental=incremental, origin=origin)
     with _parsing(digest) as another:
         if another and _applied_already(path, digest):
             if incremental:
                 _remember_applied(path, digest)
             return False  # the other process applied these very bytes
-        return _apply(path, text, digest, force=False, incremental=incremental)
+        return _apply(path, text, digest, force=False, incremental=incremental, origin=origin)
 
 
 def _applied_already(path: Path, digest: str) -> bool:
@@ -155,7 +166,10 @@ def _parsing(digest: str) -> Iterator[bool]:
                 lock.release()
 
 
-def _apply(path: Path, text: bytes, digest: str, *, force: bool, incremental: bool) -> bool:
+def _apply(
+    path: Path, text: bytes, digest: str, *, force: bool, incremental: bool,
+    origin: config_history.Origin | None = None,
+) -> bool:
     model, raw, tracked = _parse_read(path, text, remember=incremental)
     raw_backends = raw.get("backends") or []
     document = {k: v for k, v in raw.items() if k != "backends"}
@@ -204,6 +218,7 @@ def _apply(path: Path, text: bytes, digest: str, *, force: bool, incremental: bo
         doc.digest = digest
         doc.document = document
         doc.save()
+        config_history.record(path, text, digest, origin)
         bump_revision(f"config {path.name}")
         if incremental and tracked is not None:
             applied = _Applied(digest, tracked.gen)
@@ -240,6 +255,101 @@ def _remember_applied(path: Path, digest: str) -> None:
         return
     if tracked is not None:
         _applied[str(path)] = _Applied(digest, tracked.gen)
+
+
+def file_digest(text: bytes) -> str:
+    """The digest the mirror keeps of a file's bytes (ConfigDocument.digest)."""
+    return hashlib.sha256(_MIRROR_FORMAT + text).hexdigest()
+
+
+class ConfigNotWritable(ConfigError):
+    """No file of the operator's to write (the demo config), or it cannot be written."""
+
+
+def writable_config_path() -> Path:
+    path = resolve_config_path()
+    if path.resolve() == DEMO_CONFIG.resolve():
+        raise ConfigNotWritable(
+            "no config file is configured (the demo config is in use): set ROUTER_CONFIG to the YAML to manage"
+        )
+    return path
+
+
+def config_check(text: bytes, path: Path | None = None) -> None:
+    """Validate a whole YAML text as `config_sync` would apply it, changing
+    nothing; ConfigError (one line per problem, each naming its key) when
+    it would be refused."""
+    path = path or resolve_config_path()
+    model, _raw, _ = _parse_read(path, text, remember=False)
+    names = [b.name for b in model.backends]
+    foreign = set(Backend.objects.exclude(source=Source.CONFIG).filter(name__in=names).values_list("name", flat=True))
+    if foreign:
+        raise ConfigError(
+            f"{path}: backends: name(s) {sorted(foreign)} already belong to another "
+            "source (admin or appproxy); rename them in the YAML"
+        )
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """The new bytes under the path in one rename: the file watch sees the
+    old file or the new one, never a half-written one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def config_write(
+    text: bytes, *, origin: config_history.Origin, expected: int | None = None,
+    also: Callable[[int | None], None] | None = None,
+) -> int | None:
+    """Make `text` the config: validate it, write it to the config file
+    atomically and apply it, in one transaction with the version check.
+
+    ``expected``: the version the caller based its change on; another
+    version by now → VersionConflict (nothing written). Returns the version
+    now current (the same one when `text` is what the mirror holds already).
+    The file watch of the tasks process then finds these bytes applied. An
+    apply that fails puts the previous file back."""
+    path = writable_config_path()
+    config_check(text, path)
+    digest = file_digest(text)
+    with _parsing(digest):
+        old = path.read_bytes() if path.exists() else None
+        written = False
+        try:
+            with transaction.atomic():
+                # The document row's lock (PostgreSQL; SQLite's write lock is
+                # taken at BEGIN) makes the check and the write one step:
+                # of two writers based on one version exactly one wins.
+                ConfigDocument.objects.select_for_update().get_or_create(pk=1)
+                current = config_history.latest_number()
+                if expected is not None and expected != current:
+                    raise config_history.VersionConflict(current)
+                _write_atomically(path, text)
+                written = True
+                _apply(path, text, digest, force=False, incremental=False, origin=origin)
+                now = config_history.latest_number()
+                if also is not None:
+                    also(now)
+                return now
+        except BaseException:
+            if written:  # the mirror kept the previous state: so does the file
+                with suppress(OSError):
+                    if old is None:
+                        path.unlink()
+                    else:
+                        _write_atomically(path, old)
+            raise
 
 
 def _parse_read(path: Path, text: bytes, *, remember: bool, digest: str | None = None):

@@ -9,12 +9,13 @@ import pytest
 
 from keys.keyring import hash_key
 from keys.models import ApiKey, KeySource
-from keys.selectors import compile_keyring
+from keys.selectors import compile_keyring, update_keyring
 from keys.services import (
     key_create,
     key_delete,
     key_revoke,
     key_rotate,
+    key_set_enabled,
     key_update,
 )
 from router.revision import current_revision
@@ -135,6 +136,48 @@ def test_rotate_issues_a_twin_and_revokes_the_first():
         key_rotate(old)
 
 
+def test_rotate_with_grace_lets_the_first_expire_later_not_at_once():
+    old, old_plain = key_create(name="ci")
+    _new, new_plain = key_rotate(old, grace=timedelta(minutes=5))
+    ring = compile_keyring()
+    first = ring.lookup(old_plain)
+    assert first is not None and ring.lookup(new_plain) is not None
+    row = ApiKey.objects.get(pk=old.pk)
+    assert row.revoked_at is None
+    assert timedelta(minutes=4) < row.expires_at - datetime.now(UTC) <= timedelta(minutes=5)
+    assert first.expires_at == row.expires_at.timestamp()
+
+
+def test_rotate_grace_never_extends_an_earlier_expiry():
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    old, _ = key_create(name="ci", expires_at=soon)
+    key_rotate(old, grace=timedelta(hours=1))
+    assert ApiKey.objects.get(pk=old.pk).expires_at == soon
+
+
+def test_disable_takes_the_key_out_of_the_keyring_until_enabled():
+    key, plain = key_create(name="ci")
+    ring = compile_keyring()
+    before = current_revision()
+    key_set_enabled(key, False)
+    assert current_revision() == before + 1
+    assert compile_keyring().lookup(plain) is None
+    changed = update_keyring(ring, {"key": frozenset({f"operator:{key.pk}"})})
+    assert changed.lookup(plain) is None
+    key_set_enabled(key, False)  # idempotent: no second bump
+    assert current_revision() == before + 1
+    key_set_enabled(key, True)
+    assert compile_keyring().lookup(plain) is not None
+    assert update_keyring(changed, {"key": frozenset({f"operator:{key.pk}"})}).lookup(plain) is not None
+
+
+def test_a_revoked_key_cannot_be_enabled():
+    key, _ = key_create(name="ci")
+    key_revoke(key)
+    with pytest.raises(ValueError, match="revoked"):
+        key_set_enabled(key, True)
+
+
 def test_update_changes_settings_not_the_secret():
     key, plain = key_create(name="ci")
     key_update(key, allowed_models="a,b", rate_limit=5)
@@ -191,4 +234,6 @@ def test_operator_services_refuse_coordinator_rows():
     for fn in (key_revoke, key_rotate, key_delete):
         with pytest.raises(ValueError, match="coordinator"):
             fn(row)
+    with pytest.raises(ValueError, match="coordinator"):
+        key_set_enabled(row, False)
 
