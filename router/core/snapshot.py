@@ -47,6 +47,22 @@ class CacheAwarePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseCachePolicy:
+    """`response_cache` when enabled (router/respcache/): entries live `ttl_s`;
+    each web process keeps at most `max_bytes` of them in memory, none larger
+    than `max_entry_bytes`; `shared` adds the Redis tier; `scope` "key" keeps
+    an entry to the API key that stored it; `deterministic_only` caches only
+    requests whose answer is meant to repeat."""
+
+    ttl_s: float = 300.0
+    max_bytes: int = 64 * 1024 * 1024
+    max_entry_bytes: int = 1024 * 1024
+    shared: bool = True
+    scope: str = "key"
+    deterministic_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     revision: int
     backends: Mapping[str, BackendSpec]  # compiled: an immutables.Map (a change shares the rest)
@@ -65,6 +81,7 @@ class Snapshot:
     max_body_bytes: int = 32 * 1024 * 1024
     max_response_bytes: int = 64 * 1024 * 1024  # a whole (non-streamed) upstream answer
     trusted_proxies: tuple[Network, ...] = ()
+    response_cache: ResponseCachePolicy | None = None  # None: off (one attribute check per request)
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     keyring: Any = None  # keys.keyring.Keyring
