@@ -29,6 +29,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import tracing
+from ..respcache import door as respcache
 from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
 from ..core.errors import RequestTooLarge, RouterError, ShuttingDown, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
@@ -106,7 +107,11 @@ async def _handle(request: HttpRequest, *, count: bool) -> HttpResponseBase:
         )
         if trace is not None:
             env.notes["trace"] = trace
-        routed = await route(caller, env, target, obs, started)
+        if snap.response_cache is not None and not count:
+            routed = await respcache.answer(snap.response_cache, caller, env, target, obs, started,
+                                            endpoint="messages", body=body)
+        else:
+            routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
         refused(exc, obs, started, trace)
         return observed(_router_error(exc))
