@@ -29,13 +29,13 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import tracing
-from ..respcache import door as respcache
 from ..admission import admit, headers_of, ready_snapshot, reject_path_selector
 from ..core.errors import RequestTooLarge, RouterError, ShuttingDown, UpstreamError, UpstreamResponseTooLarge
 from ..pipeline import Routed, refused, route
 from ..providers.base import WIRE_ANTHROPIC
 from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
 from ..request import Envelope, check_content_type, parse_body
+from ..respcache import door as respcache
 from . import anthropic
 from .responses import RoutedStream, observed, rendered
 

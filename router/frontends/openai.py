@@ -19,12 +19,12 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .. import tracing
-from ..respcache import door as respcache
 from ..admission import Request, admit, headers_of, ready_snapshot
 from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
 from ..pipeline import Routed, refused, route
 from ..request import Envelope, check_content_type, parse_body
+from ..respcache import door as respcache
 from .responses import RoutedStream, error_response, observed, rendered
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ in force.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -32,15 +33,12 @@ from typing import Any
 
 import orjson
 
-import asyncio
-import logging
-
 from .. import observe, tracing
 from ..admission import Caller
 from ..core.snapshot import ResponseCachePolicy
 from ..pipeline import Routed, route
-from ..redis import async_client
 from ..providers.base import WIRE_OPENAI, Exchange, Provider
+from ..redis import async_client
 from ..request import Envelope
 from ..runtime import get_runtime
 from . import replay, shared
@@ -48,7 +46,6 @@ from .assemble import Assembler, assembler
 from .key import ENDPOINTS, NO_CACHE, NO_STORE, deterministic, digest, directive
 from .memory import Entry, MemoryTier
 
-log = logging.getLogger(__name__)
 
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 

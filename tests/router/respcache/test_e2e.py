@@ -72,7 +72,7 @@ def test_a_stream_is_stored_and_replayed_to_stream_and_whole_requests(stack):
     """A streamed miss is assembled and stored; a streaming hit parses with
     the SDK into the same text, finish reason and usage; a non-streaming
     request gets the assembled object from the same entry."""
-    router, client, a = stack()
+    _router, client, a = stack()
     live = client.chat.completions.create(**CHAT, stream=True, stream_options={"include_usage": True})
     live_chunks = list(live)
     text = "".join(c.choices[0].delta.content or "" for c in live_chunks if c.choices)
@@ -94,7 +94,7 @@ def test_a_stream_is_stored_and_replayed_to_stream_and_whole_requests(stack):
 
 
 def test_a_stream_asking_for_usage_is_not_served_an_entry_without_it(stack):
-    router, client, a = stack()
+    _router, client, a = stack()
     list(client.chat.completions.create(**CHAT, stream=True))  # stored without usage
     raw = client.chat.completions.with_raw_response.create(**CHAT)  # a whole answer needs usage
     assert raw.headers["x-cache"] == "miss" and raw.parse().usage is not None
@@ -104,7 +104,7 @@ def test_a_stream_asking_for_usage_is_not_served_an_entry_without_it(stack):
 
 
 def test_tool_calls_are_replayed(stack):
-    router, client, a = stack()
+    _router, client, a = stack()
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
     body = {**CHAT, "messages": [{"role": "user", "content": "weather in Seoul?"}], "tools": tools}
@@ -125,7 +125,7 @@ def test_tool_calls_are_replayed(stack):
 
 
 def test_completions_embeddings_and_responses_hit(stack):
-    router, client, a = stack()
+    _router, client, a = stack()
     completion = client.completions.create(model="m", prompt="say hi", temperature=0)
     stream = client.completions.create(model="m", prompt="say hi", temperature=0, stream=True)
     assert "".join(c.choices[0].text for c in stream if c.choices) == completion.choices[0].text
@@ -142,7 +142,7 @@ def test_completions_embeddings_and_responses_hit(stack):
 
 
 def test_a_responses_stream_is_stored_from_its_completed_event(stack):
-    router, client, a = stack()
+    _router, client, a = stack()
     events = list(client.responses.create(model="m", input="hello", temperature=0, stream=True))
     raw = client.responses.with_raw_response.create(model="m", input="hello", temperature=0)
     assert raw.headers["x-cache"] == "hit"
@@ -162,7 +162,7 @@ def test_non_deterministic_requests_bypass(stack):
 
 
 def test_deterministic_only_false_caches_any_request(stack):
-    router, client, a = stack("  deterministic_only: false")
+    router, _client, _a = stack("  deterministic_only: false")
     body = {"model": "m", "messages": CHAT["messages"], "temperature": 0.7}
     assert chat(router, body).headers["x-cache"] == "miss"
     assert chat(router, body).headers["x-cache"] == "hit"
@@ -170,7 +170,7 @@ def test_deterministic_only_false_caches_any_request(stack):
 
 def test_cache_control_no_cache_and_no_store(stack):
     """no-cache skips the lookup but stores; no-store neither reads nor writes."""
-    router, client, a = stack()
+    router, _client, a = stack()
     assert chat(router).headers["x-cache"] == "miss"
     assert chat(router, headers={"cache-control": "no-cache"}).headers["x-cache"] == "miss"
     assert chat(router, headers={"cache-control": "no-store"}).headers["x-cache"] == "bypass"
@@ -184,7 +184,7 @@ def test_cache_control_no_cache_and_no_store(stack):
 
 
 def test_entries_expire_after_ttl(stack):
-    router, client, a = stack("  ttl: 1")
+    router, _client, _a = stack("  ttl: 1")
     assert chat(router).headers["x-cache"] == "miss"
     stored = time.monotonic()
     assert chat(router).headers["x-cache"] == "hit" or time.monotonic() - stored >= 1
@@ -193,7 +193,7 @@ def test_entries_expire_after_ttl(stack):
 
 
 def test_errors_and_cut_streams_are_not_stored(stack):
-    router, client, a = stack()
+    router, _client, a = stack()
     a.behavior.status = 400
     assert chat(router).status_code == 400
     a.behavior.reset()
@@ -213,7 +213,7 @@ def test_errors_and_cut_streams_are_not_stored(stack):
 
 
 def test_an_answer_over_max_entry_bytes_is_not_stored(stack):
-    router, client, a = stack("  max_entry_bytes: 64")
+    router, _client, a = stack("  max_entry_bytes: 64")
     assert chat(router).headers["x-cache"] == "miss"
     assert chat(router).headers["x-cache"] == "miss"
     assert posts(a) == 2
@@ -232,7 +232,7 @@ def _authorized(router, key: str) -> None:
 
 @pytest.mark.parametrize("scope", ["key", "global"])
 def test_scope_key_keeps_an_entry_to_its_key(stack, scope):
-    router, client, a = stack(f"  scope: {scope}\napi_keys: {{mode: blocking}}")
+    router, _client, _a = stack(f"  scope: {scope}\napi_keys: {{mode: blocking}}")
     alice, bob = _key(router, "alice"), _key(router, "bob")
     _authorized(router, alice)
     _authorized(router, bob)
@@ -245,7 +245,7 @@ def test_scope_key_keeps_an_entry_to_its_key(stack, scope):
 
 
 def test_a_hit_counts_against_the_rate_limit_and_in_usage(stack):
-    router, client, a = stack("api_keys: {mode: blocking}")
+    router, _client, _a = stack("api_keys: {mode: blocking}")
     out = router.manage("createapikey", "--name", "limited", "--rate-limit", "3")
     assert out.returncode == 0, out.stderr
     key = out.stdout.strip().splitlines()[-1]
@@ -295,7 +295,7 @@ def test_purge_by_model_and_whole(openai_backends, router_factory):
 
 
 def test_anthropic_messages_hit_and_stream_replay(stack):
-    router, client, a = stack()
+    router, _client, a = stack()
     claude = anthropic.Anthropic(base_url=router.url, api_key="sk-test", max_retries=0, timeout=30)
     # (this SDK has no `temperature` argument: sent as an extra field)
     body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}],
@@ -317,7 +317,7 @@ def test_redis_killed_bypasses_and_every_request_is_served(stack):
     back entries are shared again."""
     own = OwnedRedis().start()
     try:
-        router, client, a = stack(env={"REDIS_URL": own.url})
+        router, _client, _a = stack(env={"REDIS_URL": own.url})
         assert chat(router).headers["x-cache"] == "miss"
         own.stop()
         assert chat(router).headers["x-cache"] == "hit"  # the memory tier
