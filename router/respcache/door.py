@@ -46,7 +46,6 @@ from .assemble import Assembler, assembler
 from .key import ENDPOINTS, NO_CACHE, NO_STORE, deterministic, digest, directive
 from .memory import Entry, MemoryTier
 
-
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 
 MEMORY = MemoryTier(0)
