@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import time
 import uuid
 
@@ -254,13 +256,16 @@ def test_a_hit_counts_against_the_rate_limit_and_in_usage(stack):
     results = [chat(router, headers=headers) for _ in range(3)]
     assert [r.status_code for r in results][:2] == [200, 200] and results[-1].status_code == 429
     assert results[0].headers["x-cache"] == "hit"
-    client_redis = redis.Redis.from_url("redis://127.0.0.1:6379/0")
 
-    def hits() -> int:
-        recent = [orjson.loads(x) for x in client_redis.lrange(router.prefix + "recent", 0, -1)]
-        return len([o for o in recent if o.get("cache") == "hit" and o.get("key") == "limited"])
+    def usage() -> dict:
+        out = router.manage("keyusage", "--csv")
+        rows = list(csv.DictReader(io.StringIO(out.stdout)))
+        return next((r for r in rows if r["name"] == "limited"), {})
 
-    wait_until(lambda: hits() >= 2, 15, what="hits observed under the key")
+    # Marked as hits in the key's usage (the Redis buffer the keyusage command reads too).
+    row = wait_until(lambda: (u := usage()) and int(u["cache_hits"]) >= 2 and u, 30, interval=0.5,
+                     what="hits in the key's usage")
+    assert int(row["requests"]) >= 3
 
 
 def test_a_second_node_hits_the_first_nodes_entry(openai_backends, router_factory):
