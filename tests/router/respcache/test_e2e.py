@@ -339,3 +339,27 @@ def test_redis_killed_bypasses_and_every_request_is_served(stack):
         assert "Traceback" not in router.logs()
     finally:
         own.cleanup()
+
+
+def _metric(router, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in httpx.get(router.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_memory_stays_under_max_bytes_under_distinct_requests_and_metrics_count(stack):
+    """A workload of distinct requests: the memory tier stays under max_bytes
+    (evicting the least recent), and /metrics counts hits, misses and bytes."""
+    router, client, a = stack("  max_bytes: 8KiB\n  max_entry_bytes: 2KiB\n  shared: false")
+    for i in range(60):
+        assert chat(router, {**CHAT, "seed": i}).headers["x-cache"] == "miss"
+        assert _metric(router, "router_response_cache_memory_bytes") <= 8 * 1024
+    assert chat(router, {**CHAT, "seed": 59}).headers["x-cache"] == "hit"  # the most recent stays
+    assert chat(router, {**CHAT, "seed": 0}).headers["x-cache"] == "miss"  # the oldest was evicted
+    wait_until(lambda: _metric(router, "router_response_cache_requests_total", model="m", result="miss") == 61,
+               15, what="misses counted")
+    assert _metric(router, "router_response_cache_requests_total", model="m", result="hit") == 1
+    assert _metric(router, "router_response_cache_bytes_total", model="m", result="stored") > 0
+    assert _metric(router, "router_response_cache_bytes_total", model="m", result="hit") > 0
