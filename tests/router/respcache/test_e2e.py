@@ -11,7 +11,6 @@ import uuid
 import anthropic
 import httpx
 import openai
-import orjson
 import pytest
 import redis
 
@@ -352,7 +351,7 @@ def _metric(router, name: str, **labels: str) -> float:
 def test_memory_stays_under_max_bytes_under_distinct_requests_and_metrics_count(stack):
     """A workload of distinct requests: the memory tier stays under max_bytes
     (evicting the least recent), and /metrics counts hits, misses and bytes."""
-    router, client, a = stack("  max_bytes: 8KiB\n  max_entry_bytes: 2KiB\n  shared: false")
+    router, _client, _a = stack("  max_bytes: 8KiB\n  max_entry_bytes: 2KiB\n  shared: false")
     for i in range(60):
         assert chat(router, {**CHAT, "seed": i}).headers["x-cache"] == "miss"
         assert _metric(router, "router_response_cache_memory_bytes") <= 8 * 1024
