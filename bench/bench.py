@@ -10,6 +10,8 @@ backend directly with the same load, non-streaming and streaming.
     .venv/bin/python bench/bench.py --connections 500 # saturation: p50/p99, 503 rate
     .venv/bin/python bench/bench.py --connections 500 --max-concurrent 0  # no admission limit
     .venv/bin/python bench/bench.py --strategy cache_aware --replicas 2000 --system-chars 4000
+    .venv/bin/python bench/bench.py --response-cache memory  # proxied (bypass) vs miss vs memory hit
+    .venv/bin/python bench/bench.py --response-cache redis   # the same with no memory tier: Redis hits
 
 Numbers are printed as a table and as JSON (--json FILE).
 """
@@ -234,6 +236,9 @@ async def main() -> None:
                     help="backends in the model's group (all names for the one fake backend)")
     ap.add_argument("--system-chars", type=int, default=0,
                     help="a system prompt of this many characters, different for each of 64 conversations")
+    ap.add_argument("--response-cache", choices=["off", "memory", "redis"], default="off",
+                    help="response_cache on; rows: a proxied request (not cacheable: bypass), a miss (distinct "
+                         "temperature-0 bodies) and a hit, from memory or (max_bytes: 0) from Redis")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--log-level", default="INFO", help="router ROUTER_LOG_LEVEL (INFO logs one line per request)")
     args = ap.parse_args()
@@ -250,6 +255,8 @@ async def main() -> None:
         f"selection_strategy: {args.strategy}\nbackends:\n{rows}"
         f"api_keys:\n  mode: {'blocking' if args.api_key else 'open'}\n"
         "health:\n  enabled: false\n"
+        + ("" if args.response_cache == "off" else
+           "response_cache:\n  enabled: true\n" + ("  max_bytes: 0\n" if args.response_cache == "redis" else ""))
     )
     env = {**os.environ, "ROUTER_CONFIG": str(cfg), "ROUTER_VAR_DIR": str(tmp), "ROUTER_LOG_LEVEL": args.log_level,
            "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "PYTHONUNBUFFERED": "1"}
@@ -297,18 +304,36 @@ async def main() -> None:
                 Path(args.json).write_text(orjson.dumps(sat, option=orjson.OPT_INDENT_2).decode())
             shutil.rmtree(tmp, ignore_errors=True)
             return
-        rows = [
-            await scenario("non-stream", rurl, durl, plain, concurrency=args.concurrency, duration=args.duration, stream=False, headers=headers, pid=pid),
-            await scenario("non-stream", rurl, durl, plain, concurrency=1, duration=args.duration / 2, stream=False, headers=headers, pid=pid),
-            await scenario("stream", rurl, durl, streaming, concurrency=args.concurrency, duration=args.duration, stream=True, headers=headers, pid=pid),
-            await scenario("stream", rurl, durl, streaming, concurrency=1, duration=args.duration / 2, stream=True, headers=headers, pid=pid),
-        ]
+        if args.response_cache != "off":
+            nonce = os.urandom(6).hex()  # entries of an earlier run (in Redis) must not answer this one
+            deterministic = {**CHAT, "temperature": 0, "messages": [{"role": "user", "content": f"Say hello. {nonce}"}]}
+            distinct = [orjson.dumps({**deterministic, "seed": i}) for i in range(200_000)]
+            same = [orjson.dumps(deterministic)]
+            same_stream = [orjson.dumps({**deterministic, "stream": True})]
+            await load(rurl, same, concurrency=1, duration=0.5, stream=False, headers=headers)  # stored
+            kw = {"concurrency": args.concurrency, "duration": args.duration, "headers": headers, "pid": pid}
+            rows = [
+                await scenario("proxied", rurl, durl, plain, stream=False, **kw),
+                await scenario("miss", rurl, durl, distinct, stream=False, **kw),
+                await scenario(f"{args.response_cache}-hit", rurl, durl, same, stream=False, **kw),
+                await scenario("proxied", rurl, durl, streaming, stream=True, **kw),
+                await scenario(f"{args.response_cache}-hit", rurl, durl, same_stream, stream=True, **kw),
+                await scenario("proxied", rurl, durl, plain, stream=False, **{**kw, "concurrency": 1}),
+                await scenario(f"{args.response_cache}-hit", rurl, durl, same, stream=False, **{**kw, "concurrency": 1}),
+            ]
+        else:
+            rows = [
+                await scenario("non-stream", rurl, durl, plain, concurrency=args.concurrency, duration=args.duration, stream=False, headers=headers, pid=pid),
+                await scenario("non-stream", rurl, durl, plain, concurrency=1, duration=args.duration / 2, stream=False, headers=headers, pid=pid),
+                await scenario("stream", rurl, durl, streaming, concurrency=args.concurrency, duration=args.duration, stream=True, headers=headers, pid=pid),
+                await scenario("stream", rurl, durl, streaming, concurrency=1, duration=args.duration / 2, stream=True, headers=headers, pid=pid),
+            ]
     finally:
         stop(router)
         stop(backend)
     print(f"server={args.server} api_key={args.api_key} log_level={args.log_level} strategy={args.strategy} "
           f"replicas={args.replicas} system_chars={args.system_chars} "
-          "(router pinned to cpu0; backend+load on cpu1)")
+          f"response_cache={args.response_cache} (router pinned to cpu0; backend+load on cpu1)")
     print(f"{'scenario':<11}{'conc':>5}{'router rps':>12}{'direct rps':>12}{'cpu ms/req':>12}{'added p50':>11}{'added 1st':>11}{'errors':>8}")
     for r in rows:
         def f(v):

@@ -33,7 +33,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench import free_port, start, stop, wait_http  # noqa: E402
+from bench import free_port, start, stop, wait_http  # noqa: E402  (bench/bench.py, beside this file)
 
 LLAMA_PY = ROOT / "var" / "llama-venv" / "bin" / "python"
 HIT = re.compile(rb"(\d+) prefix-match hit, remaining (\d+) prompt tokens to eval")

@@ -103,6 +103,9 @@ class KeyUsage(models.Model):
     errors = models.PositiveBigIntegerField(default=0, help_text="Answers with status >= 400.")
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
+    cache_hits = models.PositiveBigIntegerField(
+        default=0, help_text="Requests answered from the response cache (counted in requests too)."
+    )
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

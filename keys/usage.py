@@ -63,6 +63,7 @@ return redis.call('SMEMBERS', KEYS[2])
 # The fields a usage row has (a KeyUsage row's and a Usage's), in Usage's order.
 ROW_FIELDS = (
     "key_ref", "hour", "name", "source", "requests", "errors", "prompt_tokens", "completion_tokens", "last_used_at",
+    "cache_hits",
 )  # fmt: skip
 
 
@@ -77,6 +78,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     last_used_at: datetime | None = None
+    cache_hits: int = 0  # of `requests`, answered from the response cache
     hours: set[datetime] = field(default_factory=set, repr=False)
 
     @property
@@ -88,6 +90,7 @@ class Usage:
         self.errors += other.errors
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.cache_hits += other.cache_hits
         if other.last_used_at and (self.last_used_at is None or other.last_used_at > self.last_used_at):
             self.last_used_at = other.last_used_at
         if other.name and (newer_name or not self.name):
@@ -125,6 +128,8 @@ def parse(hour: int, data: dict[bytes, bytes]) -> dict[str, Usage]:
             row.prompt_tokens = int(value)
         elif what == "completion":
             row.completion_tokens = int(value)
+        elif what == "hits":
+            row.cache_hits = int(value)
     return rows
 
 
@@ -168,6 +173,7 @@ def _upsert(row: Usage) -> None:
         "errors": F("errors") + row.errors,
         "prompt_tokens": F("prompt_tokens") + row.prompt_tokens,
         "completion_tokens": F("completion_tokens") + row.completion_tokens,
+        "cache_hits": F("cache_hits") + row.cache_hits,
     }
     if row.name:
         updates["name"] = row.name[:200]
@@ -190,6 +196,7 @@ def _upsert(row: Usage) -> None:
                 errors=row.errors,
                 prompt_tokens=row.prompt_tokens,
                 completion_tokens=row.completion_tokens,
+                cache_hits=row.cache_hits,
                 last_used_at=row.last_used_at,
             )
     except IntegrityError:

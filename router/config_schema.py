@@ -344,6 +344,48 @@ class GlobalPromptsConfig(PromptConfig):
         return out
 
 
+_SIZE = re.compile(r"\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+
+
+def byte_size(value: Any) -> int:
+    """A size in bytes: a whole number, or one with a unit (`64MiB`, `512KiB`, `1GB`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"expected a size in bytes such as 1048576 or 1MiB (units B, KiB, MiB, GiB, KB, MB, GB), "
+                         f"got {value!r}")
+    return int(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+
+
+class ResponseCacheConfig(_Strict):
+    """`response_cache`: answers of repeated requests served by the router
+    (router/respcache/, docs/response-cache.md)."""
+
+    enabled: bool = False
+    ttl: float = Field(default=300.0, gt=0, le=30 * 86_400, description="seconds an entry is served")
+    max_bytes: int = Field(default=64 * 1024 * 1024, ge=0, description="memory tier per web process (LRU)")
+    max_entry_bytes: int = Field(default=1024 * 1024, ge=1, description="larger answers are never stored")
+    shared: bool = Field(default=True, description="the Redis tier under the deployment's namespace")
+    scope: Literal["key", "global"] = "key"
+    deterministic_only: bool = Field(default=True, description="only temperature 0 (or absent with a seed), n 1")
+
+    @field_validator("max_bytes", "max_entry_bytes", mode="before")
+    @classmethod
+    def _size(cls, v: Any) -> int:
+        return byte_size(v)
+
+    @model_validator(mode="after")
+    def _entry_fits(self) -> ResponseCacheConfig:
+        if self.max_bytes and self.max_entry_bytes > self.max_bytes:
+            raise ValueError(
+                f"max_entry_bytes ({self.max_entry_bytes}) is larger than max_bytes ({self.max_bytes}): "
+                "no entry that large could stay in memory; lower max_entry_bytes or raise max_bytes"
+            )
+        return self
+
+
 class RouterFile(_Strict):
     backends: list[BackendConfig] = Field(default_factory=list)
     selection_strategy: Literal[
@@ -362,6 +404,7 @@ class RouterFile(_Strict):
     # Ask OpenAI-compatible upstreams for usage on a stream whose client did
     # not (stream_options.include_usage), so every stream is counted.
     stream_usage: bool = True
+    response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None

@@ -109,6 +109,21 @@ INDEX_ENTRIES = Gauge(
     multiprocess_mode="livesum",
 )
 
+CACHE = Counter(
+    "router_response_cache_requests_total",
+    "Requests of a cacheable endpoint by what the response cache did: hit, miss or bypass",
+    ["model", "result"],
+)
+CACHE_BYTES = Counter(
+    "router_response_cache_bytes_total",
+    "Answer bytes the response cache served (hit) or stored (stored)",
+    ["model", "result"],
+)
+CACHE_MEMORY_BYTES = Gauge(
+    "router_response_cache_memory_bytes", "Bytes held by the response cache's memory tier (every web process together)",
+    multiprocess_mode="livesum",
+)
+
 _queue: deque[dict] = deque(maxlen=10_000)
 
 
@@ -262,6 +277,13 @@ def _emit(obs: dict) -> None:
         _child(QUEUE, obs["queue"]).inc()
     if obs.get("prefix"):
         _child(PREFIX, obs["prefix"]).inc()
+    cache = obs.get("cache")
+    if cache is not None:
+        _child(CACHE, model, cache).inc()
+        if obs.get("cache_bytes"):
+            _child(CACHE_BYTES, model, "hit").inc(obs["cache_bytes"])
+        if obs.get("cache_stored"):
+            _child(CACHE_BYTES, model, "stored").inc(obs["cache_stored"])
     if log.isEnabledFor(logging.INFO):
         # `log.info` without its caller lookup (a walk up the stack per line,
         # ~1 % of the web process's CPU at INFO): the line is always this one.

@@ -23,7 +23,16 @@ from .core.cors import CorsPolicy
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
-from .core.snapshot import CacheAwarePolicy, QueuePolicy, RetryPolicy, Snapshot, group_by_model, hidden_names, regroup
+from .core.snapshot import (
+    CacheAwarePolicy,
+    QueuePolicy,
+    ResponseCachePolicy,
+    RetryPolicy,
+    Snapshot,
+    group_by_model,
+    hidden_names,
+    regroup,
+)
 from .models import Backend, ConfigDocument
 from .revision import BACKEND, DOCUMENT, NOTHING, changes_since, current_revision, is_whole
 from .sqlread import InRead
@@ -157,9 +166,18 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         trusted_proxies=parse_networks(cfg.server.trusted_proxies),
         stream_usage=cfg.stream_usage,
         cors=CorsPolicy.build(**cfg.cors.model_dump()),
+        response_cache=_response_cache(cfg),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
     )
+
+
+def _response_cache(cfg: RouterFile) -> ResponseCachePolicy | None:
+    c = cfg.response_cache
+    if not c.enabled:
+        return None
+    return ResponseCachePolicy(ttl_s=c.ttl, max_bytes=c.max_bytes, max_entry_bytes=c.max_entry_bytes,
+                               shared=c.shared, scope=c.scope, deterministic_only=c.deterministic_only)
 
 
 # How this process's snapshots were made (for /status): updated in place from

@@ -6,7 +6,10 @@ script call per hour bucket on the drainer's pipeline, which HINCRBYs the
 batch's per-key counts into the Redis hash
 
     <prefix>usage:<hour epoch>   fields  <key_id>|requests  |errors  |prompt
-                                         <key_id>|completion  |last  |name  |source
+                                         <key_id>|completion  |hits  |last  |name  |source
+
+(`|hits`: the requests the response cache answered, router/respcache/; they
+count in `|requests` too, and carry no tokens: no backend spent any.)
 
 (`|last` keeps the maximum observation time: the script compares before it
 writes, so drainers of several web processes never move it back). Every
@@ -39,7 +42,7 @@ BUFFER_TTL_S = 3 * 86_400  # an unfolded hour waits this long in Redis
 HOUR = 3600
 OVERFLOW = "_overflow"  # the id of every key over the per-hour cap
 OVERFLOW_NAME = "(keys over the per-hour cap)"
-COUNTERS = ("requests", "errors", "prompt", "completion")
+COUNTERS = ("requests", "errors", "prompt", "completion", "hits")
 PROMPT_KEYS = ("prompt_tokens", "input_tokens")
 COMPLETION_KEYS = ("completion_tokens", "output_tokens")
 
@@ -78,13 +81,13 @@ def keys_max() -> int:
 
 
 # KEYS: hour hash, hours index, per-hour id set.
-# ARGV: hour, cap, ttl, idset ttl, then 8 per key:
-#   id, name, source, requests, errors, prompt, completion, last.
+# ARGV: hour, cap, ttl, idset ttl, then 9 per key:
+#   id, name, source, requests, errors, prompt, completion, last, hits.
 _ADD = """
 local h, idx, ids = KEYS[1], KEYS[2], KEYS[3]
 local cap, ttl, idttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local overflow = ARGV[5]
-for i = 6, #ARGV, 8 do
+for i = 6, #ARGV, 9 do
   local id = ARGV[i]
   if redis.call('SISMEMBER', ids, id) == 0 then
     if redis.call('SCARD', ids) < cap then
@@ -101,6 +104,7 @@ for i = 6, #ARGV, 8 do
   if ARGV[i + 4] ~= '0' then redis.call('HINCRBY', h, p .. 'errors', ARGV[i + 4]) end
   if ARGV[i + 5] ~= '0' then redis.call('HINCRBY', h, p .. 'prompt', ARGV[i + 5]) end
   if ARGV[i + 6] ~= '0' then redis.call('HINCRBY', h, p .. 'completion', ARGV[i + 6]) end
+  if ARGV[i + 8] ~= '0' then redis.call('HINCRBY', h, p .. 'hits', ARGV[i + 8]) end
   local last = tonumber(redis.call('HGET', h, p .. 'last') or '0')
   if tonumber(ARGV[i + 7]) > last then redis.call('HSET', h, p .. 'last', ARGV[i + 7]) end
 end
@@ -123,7 +127,7 @@ def _tokens(usage: object, names: tuple[str, ...]) -> int:
 
 
 def tally(items: Iterable[dict]) -> dict[int, dict[str, list[Any]]]:
-    """{hour: {key_id: [name, source, requests, errors, prompt, completion, last]}}
+    """{hour: {key_id: [name, source, requests, errors, prompt, completion, last, hits]}}
     of the observations that name a key."""
     out: dict[int, dict[str, list[Any]]] = {}
     for obs in items:
@@ -136,7 +140,7 @@ def tally(items: Iterable[dict]) -> dict[int, dict[str, list[Any]]]:
         hour = int(ts // HOUR * HOUR)
         row = out.setdefault(hour, {}).get(key_id)
         if row is None:
-            row = out[hour][key_id] = ["", "", 0, 0, 0, 0, 0.0]
+            row = out[hour][key_id] = ["", "", 0, 0, 0, 0, 0.0, 0]
         row[0] = str(obs.get("key") or "")
         row[1] = str(obs.get("key_source") or "")
         row[2] += 1
@@ -147,6 +151,8 @@ def tally(items: Iterable[dict]) -> dict[int, dict[str, list[Any]]]:
         row[4] += _tokens(usage, PROMPT_KEYS)
         row[5] += _tokens(usage, COMPLETION_KEYS)
         row[6] = max(row[6], float(ts))
+        if obs.get("cache") == "hit":
+            row[7] += 1
     return out
 
 
@@ -157,8 +163,8 @@ def add(pipe: Any, items: Iterable[dict]) -> None:
         cap = keys_max()
         for hour, keys in tally(items).items():
             args: list[Any] = [hour, cap, BUFFER_TTL_S, 3 * HOUR, OVERFLOW]
-            for key_id, (name, source, requests, errors, prompt, completion, last) in keys.items():
-                args += [key_id, name, source, requests, errors, prompt, completion, repr(last)]
+            for key_id, (name, source, requests, errors, prompt, completion, last, hits) in keys.items():
+                args += [key_id, name, source, requests, errors, prompt, completion, repr(last), hits]
             pipe.eval(_ADD, 3, hour_key(hour), hours_key(), f"{hour_key(hour)}:keys", *args)
     except Exception:  # bookkeeping must never take the drainer down
         log.exception("usage not counted")

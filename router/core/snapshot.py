@@ -49,6 +49,22 @@ class CacheAwarePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseCachePolicy:
+    """`response_cache` when enabled (router/respcache/): entries live `ttl_s`;
+    each web process keeps at most `max_bytes` of them in memory, none larger
+    than `max_entry_bytes`; `shared` adds the Redis tier; `scope` "key" keeps
+    an entry to the API key that stored it; `deterministic_only` caches only
+    requests whose answer is meant to repeat."""
+
+    ttl_s: float = 300.0
+    max_bytes: int = 64 * 1024 * 1024
+    max_entry_bytes: int = 1024 * 1024
+    shared: bool = True
+    scope: str = "key"
+    deterministic_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     revision: int
     backends: Mapping[str, BackendSpec]  # compiled: an immutables.Map (a change shares the rest)
@@ -70,6 +86,7 @@ class Snapshot:
     cors: CorsPolicy | None = None  # None: no CORS (cors.allow_origins empty)
     # Ask OpenAI-compatible upstreams for usage on every stream (stream_usage).
     stream_usage: bool = True
+    response_cache: ResponseCachePolicy | None = None  # None: off (one attribute check per request)
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     prompts: PromptPolicy | None = None  # global_prompts (None: no prompt anywhere)

@@ -35,6 +35,7 @@ from ..pipeline import Routed, refused, route
 from ..providers.base import WIRE_ANTHROPIC
 from ..providers.http import DEFAULT_MAX_RESPONSE_BYTES
 from ..request import Envelope, check_content_type, parse_body
+from ..respcache import door as respcache
 from . import anthropic
 from .responses import RoutedStream, observed, rendered
 
@@ -106,7 +107,11 @@ async def _handle(request: HttpRequest, *, count: bool) -> HttpResponseBase:
         )
         if trace is not None:
             env.notes["trace"] = trace
-        routed = await route(caller, env, target, obs, started)
+        if snap.response_cache is not None and not count:
+            routed = await respcache.answer(snap.response_cache, caller, env, target, obs, started,
+                                            endpoint="messages", body=body)
+        else:
+            routed = await route(caller, env, target, obs, started)
     except RouterError as exc:
         refused(exc, obs, started, trace)
         return observed(_router_error(exc))

@@ -4,6 +4,7 @@
  2 admit (router/admission.py)                   → 503, ingress 404/401/403, key 401/403/429
  3 model access                                  → 403 / 404 model_not_found
  4 route (router/pipeline.py)                    → the provider's answer, or 429/502/503/504
+   (behind the response cache when it is on: router/respcache/)
  5 render: the upstream's OpenAI bytes as they come (streams chunk by chunk)
 """
 
@@ -23,6 +24,7 @@ from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
 from ..pipeline import Routed, refused, route
 from ..request import Envelope, check_content_type, parse_body
+from ..respcache import door as respcache
 from .responses import RoutedStream, error_response, observed, rendered
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ async def routed_or_refusal(
         )
         if trace is not None:
             env.notes["trace"] = trace
+        if snap.response_cache is not None:
+            return await respcache.answer(snap.response_cache, caller, env, target, obs, started)
         return await route(caller, env, target, obs, started)
     except RouterError as exc:
         refused(exc, obs, started, trace)

@@ -69,7 +69,7 @@ class Command(BaseCommand):
             self.stdout.write(f"No key usage since {start:%Y-%m-%d %H}:00 UTC.")
             return
         head = ("HOUR" if opts["by"] == "hour" else "DAY",) if opts["by"] != "key" else ()
-        header = (*head, "NAME", "REF", "SOURCE", "REQUESTS", "ERRORS", "PROMPT", "COMPLETION", "LAST USE")
+        header = (*head, "NAME", "REF", "SOURCE", "REQUESTS", "ERRORS", "PROMPT", "COMPLETION", "CACHE HITS", "LAST USE")
         table = [header]
         for r in rows:
             when = ()
@@ -85,6 +85,7 @@ class Command(BaseCommand):
                     str(r.errors),
                     str(r.prompt_tokens),
                     str(r.completion_tokens),
+                    str(r.cache_hits),
                     f"{r.last_used_at:%Y-%m-%d %H:%M:%S}" if r.last_used_at else "never",
                 )
             )
@@ -98,6 +99,7 @@ class Command(BaseCommand):
                 str(sum(r.errors for r in rows)),
                 str(sum(r.prompt_tokens for r in rows)),
                 str(sum(r.completion_tokens for r in rows)),
+                str(sum(r.cache_hits for r in rows)),
                 "",
             )
         )
