@@ -24,6 +24,7 @@ import asyncio
 import functools
 import importlib.util
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ import orjson
 from uvicorn.protocols.http import h11_impl
 
 from router import gcwork
+
+# The scope's `client` of a Unix-socket connection: no address (router/listen.py).
+UNIX_CLIENT = ("", 0)
 
 DEFAULTS = {
     "ROUTER_MAX_HEADER_COUNT": 100,
@@ -262,6 +266,13 @@ class HeadDeadline:
     def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
         super().connection_made(transport)  # type: ignore[misc]
         self._head_timer = head_deadline(self.loop, self._head_late)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            # A client of the node's Unix socket: no address, said so in the
+            # scope ("" — IP rules do not apply, router/core/ipnets.py). Any
+            # other connection without an address stays None, which the
+            # allow-lists refuse (router/admission.py peer_of).
+            self.client = UNIX_CLIENT
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:

@@ -120,12 +120,21 @@ def headers_of(request: Request) -> dict[str, str]:
     return {k.lower(): v for k, v in request.headers.items()}
 
 
+# The peer of a connection whose server gave no client address: not an IP,
+# so every IP allow-list refuses it (fail closed). Only the node's own
+# protocol says a client has no address because it came through the Unix
+# socket ("", config/server.py UNIX_CLIENT), which the allow-lists let by.
+UNKNOWN_PEER = "unknown"
+
+
 def peer_of(request: Request) -> str:
     scope = getattr(request, "scope", None)
     client = scope.get("client") if scope else None
     if client:
         return client[0]
-    return request.META.get("REMOTE_ADDR", "") if isinstance(request, HttpRequest) else ""
+    if isinstance(request, HttpRequest):
+        return request.META.get("REMOTE_ADDR") or UNKNOWN_PEER
+    return UNKNOWN_PEER
 
 
 def reject_path_selector(body: dict[str, Any]) -> None:

@@ -112,10 +112,11 @@ def test_private_circuit_jwt_matrix(ingress):
 def test_ip_allowlist_before_anything_else(ingress):
     assert ingress.resolve(env("locked.models.test", ip="10.1.2.3")) == "llama"
     assert ingress.resolve(env("locked.models.test", ip="::1")) == "llama"
-    for ip in ("10.2.0.1", "not-an-ip", ""):
+    for ip in ("10.2.0.1", "not-an-ip", "unknown"):
         with pytest.raises(ClientIpNotAllowed) as err:
             ingress.resolve(env("locked.models.test", ip=ip))
         assert err.value.status == 403
+    assert ingress.resolve(env("locked.models.test", ip="")) == "llama"  # the node's Unix socket: no IP rules
 
 
 def test_empty_circuit_pins_its_model_after_auth(ingress):

@@ -246,8 +246,11 @@ def test_live_json_has_every_section_with_data_and_html(staff, mirror, observati
         "breaker",
         "breaker_retry_s",
         "in_flight",
+        "reported_load",
+        "kv_usage",
         "ewma_ms",
         "requests",
+        "prompt_cache_hit_ratio",
         "failures",
     }
     recent = body["sections"]["recent"]["data"]

@@ -127,12 +127,18 @@ async def test_ip_inside_the_allowlist_passes(blocking, ip):
 
 
 @pytest.mark.parametrize(
-    "ip", ["10.1.2.4", "172.16.0.1", "2001:db9::1", "::1", "", "garbage"]
+    "ip", ["10.1.2.4", "172.16.0.1", "2001:db9::1", "::1", "unknown", "garbage"]
 )
 async def test_ip_outside_the_allowlist_is_403(blocking, ip):
     with pytest.raises(ClientIpNotAllowed) as exc:
         await blocking.admit(bearer(NETS), ip, NOW)
     assert exc.value.status == 403
+
+
+async def test_a_unix_socket_client_is_not_subject_to_the_allowlist(blocking):
+    """"" is a client of the node's Unix socket (it has no address; nothing
+    else yields ""): IP rules do not apply to it."""
+    assert await blocking.admit(bearer(NETS), "", NOW)
 
 
 async def test_unparseable_allowlist_denies_everyone():
