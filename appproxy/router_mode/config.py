@@ -36,6 +36,7 @@ __all__ = [
     "load_router_settings",
     "parse_router_section",
     "validate_router_section",
+    "weighting",
 ]
 
 
@@ -100,3 +101,9 @@ _cache: dict[str, Any] = {"key": None, "value": None}
 def load_router_settings() -> RouterSettings | None:
     """The ``appproxy_router`` section of the applied document, or None (see config.load_cached)."""
     return load_cached(_cache, _lock, "appproxy_router", parse_router_section)
+
+
+def weighting() -> str:
+    """``appproxy_router.weighting`` of the applied document (flat without one)."""
+    settings = load_router_settings()
+    return settings.weighting if settings is not None else "flat"

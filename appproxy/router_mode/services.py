@@ -67,8 +67,8 @@ from ..reconcile import (
 )
 from ..wire import Circuit as WireCircuit
 from . import metrics, pulled
-from .config import load_router_settings
-from .plan import FLAT, EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
+from .config import weighting
+from .plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
 from .wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .wire import Publication as WirePublication
 
@@ -202,12 +202,6 @@ def _read_publications(authority: str, names: Collection[str] | None = None) -> 
     if names is not None:
         rows = rows.filter(model__in=list(names))
     return {row.model: _publication_of(row) for row in rows.order_by("model")}
-
-
-def weighting() -> str:
-    """``appproxy_router.weighting`` of the applied document (flat without one)."""
-    settings = load_router_settings()
-    return settings.weighting if settings is not None else FLAT
 
 
 def router_circuit_desire(authority: str) -> Desire:
