@@ -65,8 +65,8 @@ __all__ = [
     "RouterPlan",
     "composed_weight",
     "desired",
-    "hierarchical_weights",
     "desired_backends",
+    "hierarchical_weights",
     "index",
     "reindexed",
     "round_half_up",
@@ -283,9 +283,7 @@ def _plan(circuits: Iterable[Circuit], idx: EndpointIndex, weighting: str = FLAT
     return _Planned(out, pending_circuits, drained, served_endpoints)
 
 
-def desired_backends(
-    circuits: Iterable[Circuit], idx: EndpointIndex, weighting: str = FLAT
-) -> dict[str, BackendSpec]:
+def desired_backends(circuits: Iterable[Circuit], idx: EndpointIndex, weighting: str = FLAT) -> dict[str, BackendSpec]:
     """``desired(circuits, publications).backends``, given the publications' index."""
     return dict(sorted(_plan(circuits, idx, weighting).backends.items()))
 

@@ -127,7 +127,11 @@ def test_weight_shares_under_both_rules(node, replicas):
     # hierarchical: A 50 % → blue 3/4, green 1/4 (canary forfeits); B 50 % / 4.
     n.web.config_path.write_text(
         router_yaml(
-            coordinator_url=fc.url, channel=fc.channel, authority=manager.authority, port=n.port, weighting="hierarchical"
+            coordinator_url=fc.url,
+            channel=fc.channel,
+            authority=manager.authority,
+            port=n.port,
+            weighting="hierarchical",
         )
     )
     expected = {"grp-a1": 0.375, "grp-a2": 0.125, **dict.fromkeys(("grp-b1", "grp-b2", "grp-b3", "grp-b4"), 0.125)}

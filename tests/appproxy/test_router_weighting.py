@@ -135,7 +135,12 @@ def test_replica_group_wire_fields_are_tolerant():
     c = circuit(
         EP_A,
         route(8001, 1.0, "Blue"),
-        groups=[{"id": "BLUE", "traffic_weight": None}, {"traffic_weight": 5}, "junk", {"id": "blue", "traffic_weight": 1}],
+        groups=[
+            {"id": "BLUE", "traffic_weight": None},
+            {"traffic_weight": 5},
+            "junk",
+            {"id": "blue", "traffic_weight": 1},
+        ],
     )
     assert [(g.id, g.traffic_weight) for g in c.replica_groups] == [("blue", 100.0)]
     assert c.route_info[0].replica_group_id == "blue"

@@ -52,8 +52,10 @@ def test_a_backend_warms_up_for_20_s_and_one_that_never_comes_up_is_down(openai_
     page = staff.get("/dashboard/backends/").text
     assert re.search(r'<span class="pill warn">warming up</span>', page)
     wait_until(
-        lambda: 'data-verdict="warming_up"'
-        in staff.get("/dashboard/live.json?sections=cluster").json()["sections"]["cluster"]["html"],
+        lambda: (
+            'data-verdict="warming_up"'
+            in staff.get("/dashboard/live.json?sections=cluster").json()["sections"]["cluster"]["html"]
+        ),
         30,
         what="cluster view shows warming up",
     )
@@ -93,8 +95,10 @@ def test_a_backend_warms_up_for_20_s_and_one_that_never_comes_up_is_down(openai_
     assert time.time() - started >= WINDOW_S - 1
     # The cluster view says so too (each process reports every 2.5 s).
     wait_until(
-        lambda: 'data-verdict="probe_failing"'
-        in staff.get("/dashboard/live.json?sections=cluster").json()["sections"]["cluster"]["html"],
+        lambda: (
+            'data-verdict="probe_failing"'
+            in staff.get("/dashboard/live.json?sections=cluster").json()["sections"]["cluster"]["html"]
+        ),
         30,
         what="cluster view verdict",
     )

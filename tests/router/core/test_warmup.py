@@ -7,7 +7,9 @@ import pytest
 from router.cluster import PROBE_FAILING, WARMING_UP, verdict
 from router.core.health import BackendState, HealthPolicy, Probe
 
-POLICY = HealthPolicy(unhealthy_threshold=2, healthy_threshold=1, interval_s=10, warmup_interval_s=1, warmup_timeout_s=60)
+POLICY = HealthPolicy(
+    unhealthy_threshold=2, healthy_threshold=1, interval_s=10, warmup_interval_s=1, warmup_timeout_s=60
+)
 
 
 def state() -> BackendState:
