@@ -35,7 +35,7 @@ class BackendOut(Schema):
     weight: int
     capacity: int | None
     priority: int
-    health: str = Field(description="healthy, trial, breaker_open or probe_failing")
+    health: str = Field(description="healthy, trial, breaker_open, probe_failing or warming_up")
     usable: bool
     in_flight: int = Field(description="this process's requests in flight to it")
     ewma_ms: float | None

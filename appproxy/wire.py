@@ -10,6 +10,11 @@ Invariants:
   ack of a created event must echo the *complete* circuit objects, and the
   coordinator re-parses every field, so we echo what we received rather than
   a re-serialisation that could differ (or drop fields we do not model).
+- The refined BEP-1053 fields are optional and tolerant: a circuit's
+  ``replica_groups`` (``[{id, traffic_weight, lifecycle}]``) keeps only the
+  entries with an id (an unusable entry or a non-list is dropped, never the
+  circuit), and a route's ``replica_group_id`` is a string or None. Only the
+  ROUTER plan's ``hierarchical`` weighting reads them.
 - No Django, no I/O.
 """
 
@@ -30,11 +35,13 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
+    field_validator,
     model_validator,
 )
 
 __all__ = [
     "Circuit",
+    "ReplicaGroup",
     "RouteInfo",
     "SlotInfo",
     "WorkerInfo",
@@ -60,6 +67,16 @@ class RouteInfo(BaseModel):
     kernel_port: int = Field(ge=1, le=65535, validation_alias=_alias("kernel_port"))
     protocol: str = "http"
     traffic_ratio: float = 1.0
+    # Refined BEP-1053: the replica group this route belongs to (None: the
+    # circuit's implicit group).
+    replica_group_id: str | None = Field(default=None, validation_alias=_alias("replica_group_id"))
+
+    @field_validator("replica_group_id", mode="before")
+    @classmethod
+    def _group_id(cls, v: Any) -> Any:
+        if v is None or isinstance(v, bool) or not isinstance(v, (str, int, UUID)):
+            return None
+        return str(v).strip().lower() or None
 
     @property
     def host(self) -> str:
@@ -69,6 +86,50 @@ class RouteInfo(BaseModel):
     def key(self) -> str:
         """The route's identity inside its circuit: route_id, else session_id."""
         return str(self.route_id if self.route_id is not None else self.session_id)
+
+
+class ReplicaGroup(BaseModel):
+    """One replica group of a circuit (refined BEP-1053): its routes share
+    ``traffic_weight`` of the endpoint's traffic (default 100, the weight of
+    the implicit group). ``lifecycle`` is kept as received; no rule reads it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    id: str = Field(min_length=1)
+    traffic_weight: Any = 100.0  # sanitised by the plan (a NaN, inf or negative is 0)
+    lifecycle: str | None = None
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id(cls, v: Any) -> Any:
+        return str(v).strip().lower() if isinstance(v, (str, int, UUID)) and not isinstance(v, bool) else v
+
+    @field_validator("traffic_weight", mode="before")
+    @classmethod
+    def _weight(cls, v: Any) -> Any:
+        return 100.0 if v is None else v
+
+    @field_validator("lifecycle", mode="before")
+    @classmethod
+    def _lifecycle(cls, v: Any) -> Any:
+        return None if v is None else str(v)
+
+
+_NO_GROUP = {"replica_group_id"}
+
+
+def _groups(value: Any) -> tuple[ReplicaGroup, ...]:
+    """The usable entries of a ``replica_groups`` value, first of each id."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    out: dict[str, ReplicaGroup] = {}
+    for item in value:
+        try:
+            group = ReplicaGroup.model_validate(item)
+        except ValidationError:
+            continue
+        out.setdefault(group.id, group)
+    return tuple(out.values())
 
 
 def _copy_tree(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,6 +179,7 @@ class Circuit(BaseModel):
     endpoint_id: UUID | None = None
     runtime_variant: str | None = None
     route_info: tuple[RouteInfo, ...] = ()
+    replica_groups: tuple[ReplicaGroup, ...] = Field(default=(), validation_alias=_alias("replica_groups"))
     session_ids: tuple[UUID, ...] = ()
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -151,6 +213,11 @@ class Circuit(BaseModel):
         """Whether `raw` is the object this circuit was parsed from (no copy)."""
         return (self._raw if self._raw is not None else self.model_dump(mode="json")) == raw
 
+    @field_validator("replica_groups", mode="before")
+    @classmethod
+    def _replica_groups(cls, v: Any) -> Any:
+        return _groups(v)
+
     @property
     def is_inference(self) -> bool:
         return self.app_mode == "inference"
@@ -165,7 +232,10 @@ class Circuit(BaseModel):
         new_routes = tuple(routes)
         out = self.model_copy(update={"route_info": new_routes})
         raw = self.raw
-        raw["route_info"] = [r.model_dump(mode="json") for r in new_routes]
+        # A route without a group keeps the legacy shape (no null field).
+        raw["route_info"] = [
+            r.model_dump(mode="json", exclude=_NO_GROUP if r.replica_group_id is None else None) for r in new_routes
+        ]
         out._raw = raw
         return out
 

@@ -75,7 +75,7 @@ def _state(rt: Runtime, view: RoutingView, name: str) -> BackendState:
     return rt.states.peek(name) or IDLE
 
 
-# ('healthy' | 'trial' | 'breaker_open' | 'probe_failing', seconds to the
+# ('healthy' | 'trial' | 'breaker_open' | 'probe_failing' | 'warming_up', seconds to the
 # trial): the verdict every process publishes to the Cluster view too.
 health_label = verdict
 

@@ -29,6 +29,10 @@ Tool calls: when the request has `tools` and the last user message mentions
 "weather" (or `tool_choice` requires a tool), the reply is a tool call.
 `max_tokens` / `max_completion_tokens` / `max_output_tokens` no larger than
 the reply's piece count truncate it (`finish_reason: "length"`).
+
+Warm-up: while `Behavior.loading_until` (wall clock) is ahead, every path
+answers 503 `{"error": {"code": 503, "message": "Loading model", "type":
+"unavailable_error"}}`, as llama.cpp's server does while it loads a model.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ SSE_HEADERS = {
 }
 JSON_HEADERS = {"Content-Type": JSON_CT}
 DONE = b"data: [DONE]\n\n"
+LOADING_BODY = orjson.dumps({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", None),
@@ -689,6 +694,12 @@ def make_app(
     `responses_status` (404, 405) makes it a chat-only server (module doc)."""
     fake = _OpenAIFake(name, models, behavior if behavior is not None else Behavior(), requests)
     @web.middleware
+    async def loading(request: web.Request, handler: Any) -> web.StreamResponse:
+        if fake.behavior.loading_until > time.time():
+            return web.Response(status=503, body=LOADING_BODY, headers=JSON_HEADERS)
+        return await handler(request)
+
+    @web.middleware
     async def running(request: web.Request, handler: Any) -> web.StreamResponse:
         if request.method != "POST":
             return await handler(request)
@@ -698,7 +709,7 @@ def make_app(
         finally:
             fake.cache.running -= 1
 
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[running, *fake.faults.middlewares])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[loading, running, *fake.faults.middlewares])
 
     async def add_name(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["x-backend-name"] = name

@@ -134,6 +134,10 @@ class Behavior:
     extra_running: int = 0
     waiting: int = 0
     metrics: bool = True
+    # Until this wall-clock time (time.time()) every request, GET included, is
+    # answered as llama.cpp's server answers while it loads its model: 503
+    # {"error": {"message": "Loading model", ...}} (fakes/openai_backend.py).
+    loading_until: float = 0.0
 
     def reset(self) -> None:
         fresh = Behavior()

@@ -24,6 +24,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from router import extensions
+from router.cluster import verdict
 from router.core.health import IDLE
 from router.observe import MULTIPROC, refresh_in_flight
 from router.runtime import get_runtime
@@ -138,6 +139,7 @@ def _backend_row(spec, state, now: float) -> dict:
         "models": list(spec.models),
         "weight": spec.weight,
         "healthy": state.usable(now),
+        "health": verdict(state, now)[0],
         "in_flight": state.in_flight,
         "ewma_ms": state.ewma_ms,
         "reported_load": state.reported_load(now),

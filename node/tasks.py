@@ -9,6 +9,13 @@ hash `<prefix>health` and publishes the changes on that channel; every web
 process applies them at once. Passive circuit breaking happens in the web
 processes themselves.
 
+A backend that is starting (503 or connection refused while it loads a
+model: router.core.health's warm-up rule) is `warming_up`: its verdict is
+"w" in the hash and "warming_up" on the channel (else "1"/"0", true/false),
+it is out of rotation, and it is probed every `health.warmup_interval`
+instead of `health.interval` until it answers or `health.warmup_timeout`
+passes.
+
 The same round reads each self-hosted OpenAI-compatible backend's own load
 every `health.load_interval` (GET `health.load_path`, /metrics: vLLM,
 SGLang, llama.cpp; router.core.loadreport) and publishes the reports on
@@ -30,7 +37,7 @@ import orjson
 from celery import shared_task
 
 from router import cluster
-from router.core.health import StateTable
+from router.core.health import Probe, StateTable
 from router.core.loadreport import MAX_TEXT, LoadReport, parse
 from router.core.snapshot import EMPTY
 from router.providers import listed_models, load_url, probe_headers, probe_url
@@ -54,12 +61,34 @@ _snapshot = EMPTY
 _round = threading.Lock()
 
 
-def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[bool, bytes]:
+# How much of a 503's body is searched for a loading message.
+LOADING_SNIFF = 2048
+
+
+def probe_once(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[Probe, bytes]:
+    """What a probe found, and the body of a 200 (its model list)."""
     try:
         response = client.get(url, headers=headers)
+    except httpx.ConnectError:
+        return Probe.UNREACHABLE, b""
     except httpx.HTTPError:
-        return False, b""
-    return response.status_code < 500, response.content if response.status_code == 200 else b""
+        return Probe.FAILED, b""
+    status = response.status_code
+    if status < 500:
+        return Probe.OK, response.content if status == 200 else b""
+    if status == 503:
+        # llama.cpp's server: {"error": {"message": "Loading model", ...}}
+        loading = b"loading" in response.content[:LOADING_SNIFF].lower()
+        return (Probe.LOADING if loading else Probe.UNAVAILABLE), b""
+    return Probe.FAILED, b""
+
+
+def verdict_of(state) -> str:
+    """A state's verdict as the health hash stores it."""
+    return "w" if state.warming else "1" if state.probe_healthy else "0"
+
+
+_ON_CHANNEL = {"1": True, "0": False, "w": "warming_up"}
 
 
 def read_load(client: httpx.Client, url: str, headers: dict[str, str]) -> LoadReport | None:
@@ -79,7 +108,7 @@ def read_load(client: httpx.Client, url: str, headers: dict[str, str]) -> LoadRe
 
 
 @shared_task(name="router.probe_backends", ignore_result=True, expires=5)
-def probe_backends() -> dict[str, bool]:
+def probe_backends() -> dict[str, str]:
     # Four worker threads and a tick every 2 s: the first round after a start
     # compiles the mirror (~0.5 s at 20,000 backends, seconds when the threads
     # compiled side by side and took the interpreter from the YAML watcher).
@@ -91,7 +120,7 @@ def probe_backends() -> dict[str, bool]:
         _round.release()
 
 
-def _probe_round() -> dict[str, bool]:
+def _probe_round() -> dict[str, str]:
     global _snapshot
     snap = _snapshot = refresh_snapshot(_snapshot, serving=False)
     cluster.tasks_heartbeat(snap.revision)  # the cluster view's record of this process
@@ -104,7 +133,11 @@ def _probe_round() -> dict[str, bool]:
     due = []
     for spec in snap.backends.values():
         target = probe_url(spec, policy.path)
-        if target is None or now - _last_probe.get(spec.name, 0.0) < policy.interval_s:
+        if target is None:
+            continue
+        state = _states.peek(spec.name)
+        interval = state.probe_interval() if state is not None else policy.interval_s
+        if now - _last_probe.get(spec.name, 0.0) < interval:
             continue
         due.append((spec.name, target, probe_headers(spec), spec.kind))
     loads = _due_loads(snap, policy, now)
@@ -115,25 +148,25 @@ def _probe_round() -> dict[str, bool]:
         reports = list(pool.map(lambda d: (d[0], read_load(client, d[1], d[2])), loads))
     if reports:
         _publish_loads(reports, policy.load_interval_s, now)
-    verdicts: dict[str, bool] = {}
+    verdicts: dict[str, str] = {}
     found: dict[str, list[str]] = {}
-    for name, kind, ok, body in results:
-        if ok and body:
+    for name, kind, result, body in results:
+        if result is Probe.OK and body:
             names = listed_models(kind, body)
             if names:
                 found[name] = names
         _last_probe[name] = now
         state = _states.get(name)
-        state.on_probe(ok, now)
-        verdicts[name] = state.probe_healthy
+        state.on_probe(result, now)
+        verdicts[name] = verdict_of(state)
     if found:
         discovered_models_apply(found)
     if not verdicts:
         return verdicts
     redis = sync_client()
     try:
-        redis.hset(health_key(), mapping={k: "1" if v else "0" for k, v in verdicts.items()})
-        redis.publish(health_key(), orjson.dumps(verdicts))
+        redis.hset(health_key(), mapping=verdicts)
+        redis.publish(health_key(), orjson.dumps({k: _ON_CHANNEL[v] for k, v in verdicts.items()}))
     except Exception as exc:
         log.warning("health verdicts not published: %s", type(exc).__name__)
     return verdicts

@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 PUBLISH_EVERY_S = 2.5
 TTL_S = 12  # a record outlives ~4 missed heartbeats, then the process is gone
 MAX_BACKENDS = 500
-# Verdicts (the dashboard's Backends page uses the same four words).
+# Verdicts (the dashboard's Backends page uses the same words).
 HEALTHY, TRIAL, BREAKER_OPEN, PROBE_FAILING = "healthy", "trial", "breaker_open", "probe_failing"
+# Loading a model after a start: out of rotation, but not a failure.
+WARMING_UP = "warming_up"
 UNHEALTHY = frozenset({BREAKER_OPEN, PROBE_FAILING})
 
 
@@ -71,7 +73,10 @@ def verdict(state: BackendState, now: float) -> tuple[str, float | None]:
 
     `trial`: the breaker is open but its cooldown has elapsed, so the next
     request is admitted as the half-open trial (usable, not yet healthy).
+    `warming_up`: the probe found it starting (router.core.health).
     """
+    if state.warming:
+        return WARMING_UP, None
     if not state.probe_healthy:
         return PROBE_FAILING, None
     if state.open_until is None:

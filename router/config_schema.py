@@ -178,6 +178,10 @@ class HealthConfig(_Strict):
         description="where OpenAI-compatible backends publish their load (Prometheus text); '' reads none",
     )
     load_interval: float = Field(default=5.0, gt=0, description="seconds between two reads of a backend's load")
+    warmup_interval: float = Field(default=2.0, gt=0, description="seconds between probes of a warming-up backend")
+    warmup_timeout: float = Field(
+        default=600.0, ge=0, description="how long a starting backend may warm up before it counts as down; 0: never"
+    )
 
     @field_validator("load_path")
     @classmethod

@@ -362,17 +362,17 @@ class Runtime:
         for name, value in data.items():
             key = name.decode() if isinstance(name, bytes) else name
             if key in self.snapshot.backends:
-                self._probed(key, value == b"1")
+                self._probed(key, value == b"1", warming=value == b"w")
 
     def _apply_health(self, data: bytes | None) -> None:
-        """A probe round's results: {"name": true|false, ...}."""
+        """A probe round's results: {"name": true | false | "warming_up", ...}."""
         try:
             results = orjson.loads(data or b"{}")
         except orjson.JSONDecodeError:
             return
         for name, ok in results.items():
             if name in self.snapshot.backends:
-                self._probed(name, bool(ok))
+                self._probed(name, ok is True, warming=ok == "warming_up")
 
     def _apply_load(self, data: bytes | None) -> None:
         """A probe round's load reports: {"ttl": s, "load": {"name": [running +
@@ -405,15 +405,17 @@ class Runtime:
                 if isinstance(name, str):
                     index.forget(name)
 
-    def _probed(self, name: str, ok: bool) -> None:
+    def _probed(self, name: str, ok: bool, *, warming: bool = False) -> None:
         """A probe's verdict; a healthy one for a backend without a state is
         what a new state says already, so none is made for it (20,000 probed
-        backends are not 20,000 states held)."""
+        backends are not 20,000 states held). A warming backend is out of
+        rotation like a down one, and shown as warming up."""
         state = self.states.peek(name)
         if state is not None:
-            state.probe_healthy = ok
+            state.probe_healthy, state.warming = ok, warming
         elif not ok:
-            self.states.get(name).probe_healthy = False
+            state = self.states.get(name)
+            state.probe_healthy, state.warming = False, warming
         if not ok and self.prefix_index is not None:
             self.prefix_index.forget(name)  # down: whatever it held may not survive its return
 

@@ -159,6 +159,8 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
             healthy_threshold=h.healthy_threshold,
             load_path=h.load_path,
             load_interval_s=h.load_interval,
+            warmup_interval_s=h.warmup_interval,
+            warmup_timeout_s=h.warmup_timeout,
         ),
         health_enabled=h.enabled,
         max_body_bytes=cfg.server.max_body_bytes,

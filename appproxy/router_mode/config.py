@@ -6,7 +6,9 @@ Invariants:
   ``tls_advertised``, ``heartbeat_period``, ``reconcile_interval``,
   ``events_enabled``) plus a few documented operational ones shared with the
   legacy section (``api_port``, ``tls_listen``, ``event_format``, ``channel``,
-  ``request_timeout``, ``retry_backoff_max``, ``subscribe_grace``). Any other
+  ``request_timeout``, ``retry_backoff_max``, ``subscribe_grace``) and
+  ``weighting`` (``flat``, the seed's rule and the default, or
+  ``hierarchical``, the refined BEP-1053's: plan.py). Any other
   key — ``wildcard_domain``, ``jwt_secret``, ``frontend_mode``… — is a hard
   error naming it.
 - ``api_secret`` is a ``Secret`` (prints ``***``); ``${ENV}`` in it and in
@@ -23,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -34,6 +36,7 @@ __all__ = [
     "load_router_settings",
     "parse_router_section",
     "validate_router_section",
+    "weighting",
 ]
 
 
@@ -44,6 +47,9 @@ class RouterSettings(WorkerSettings):
     """One validated ``appproxy_router`` section. Secrets never print."""
 
     traffic_port: int | None = Field(default=None, ge=0, le=65535)
+    # How route weights compose (plan.py): the flattened product, or the
+    # per-level normalisation of the refined BEP-1053.
+    weighting: Literal["flat", "hierarchical"] = "flat"
 
     # -- what the shared worker code reads ---------------------------------
     @property
@@ -76,6 +82,7 @@ class RouterSettings(WorkerSettings):
             "heartbeat_period_s": self.heartbeat_period,
             "reconcile_interval_s": self.reconcile_interval,
             "events_enabled": self.events_enabled,
+            "weighting": self.weighting,
             "event_format": self.event_format,
             "channel": self.channel,
         }
@@ -94,3 +101,9 @@ _cache: dict[str, Any] = {"key": None, "value": None}
 def load_router_settings() -> RouterSettings | None:
     """The ``appproxy_router`` section of the applied document, or None (see config.load_cached)."""
     return load_cached(_cache, _lock, "appproxy_router", parse_router_section)
+
+
+def weighting() -> str:
+    """``appproxy_router.weighting`` of the applied document (flat without one)."""
+    settings = load_router_settings()
+    return settings.weighting if settings is not None else "flat"

@@ -24,6 +24,23 @@ Exactly the seed's rule (the shipped, flattened composition):
 - Every published name and alias is listed (``published``), whether or not
   it has a backend.
 - No I/O, no clocks, no Django: deterministic, ordered by name.
+
+``weighting: hierarchical`` (refined BEP-1053; ``appproxy_router.weighting``)
+replaces the flattened product by one normalised per level, each level over
+its own children, so a model's endpoint split holds whatever the replica
+counts:
+
+    share(replica) = ratio(ep) / Σ ratio(the publication's endpoints)
+                   × traffic_weight(group) / Σ traffic_weight(the circuit's non-empty groups)
+                   × traffic_ratio(replica) / Σ traffic_ratio(its group's replicas)
+    weight         = clamp(round_half_up(1000 × share), 1, 1000); share 0 → drained
+
+- A route without a ``replica_group_id`` (or naming a group the circuit does
+  not list) is in the circuit's implicit group, of traffic_weight 100.
+- An empty group (no route with a traffic_ratio above 0) forfeits its share
+  to the circuit's other groups: the endpoint's share of the model is kept.
+- An endpoint mapped by several publications takes the largest of its
+  normalised shares (the flattened rule's max, one level down).
 """
 
 from __future__ import annotations
@@ -40,18 +57,31 @@ from ..wire import Circuit
 from .wire import Publication
 
 __all__ = [
+    "FLAT",
+    "HIERARCHICAL",
+    "WEIGHTINGS",
     "EndpointIndex",
     "MirrorSummary",
     "RouterPlan",
     "composed_weight",
     "desired",
     "desired_backends",
+    "hierarchical_weights",
     "index",
     "reindexed",
     "round_half_up",
     "sanitize",
     "summarize",
 ]
+
+
+FLAT = "flat"
+HIERARCHICAL = "hierarchical"
+WEIGHTINGS = (FLAT, HIERARCHICAL)
+# The weight of a whole model's traffic under the hierarchical rule: a share of
+# 0.1 % is weight 1, the finest the [1, 1000] weight range can tell apart.
+SHARE_SCALE = 1000
+IMPLICIT_GROUP_WEIGHT = 100.0
 
 
 def sanitize(ratio: object) -> float:
@@ -104,14 +134,31 @@ class EndpointIndex:
     ratio_of: dict[str, float]
     names_of: dict[str, tuple[str, ...]]
     members: dict[str, tuple[str, ...]]
+    # the largest normalised share of the endpoint in any publication that
+    # maps it (the hierarchical rule's first level)
+    share_of: dict[str, float]
+
+
+def _shares(pub: Publication) -> dict[str, float]:
+    """Each endpoint's share of the publication: its sanitised ratio over the
+    sum of the publication's (an endpoint mapped twice counts once, at its
+    largest ratio)."""
+    ratios: dict[str, float] = {}
+    for m in pub.mappings:
+        ratios[m.endpoint_id] = max(ratios.get(m.endpoint_id, 0.0), sanitize(m.ratio))
+    total = sum(ratios.values())
+    return {ep: (r / total if total > 0 else 0.0) for ep, r in ratios.items()}
 
 
 def index(publications: Iterable[Publication]) -> EndpointIndex:
     ratio_of: dict[str, float] = {}
+    share_of: dict[str, float] = {}
     names_of: dict[str, dict[str, None]] = {}
     members: dict[str, dict[str, None]] = {}
     for pub in sorted(publications, key=lambda p: p.model):
         names = pub.names
+        for ep, share in _shares(pub).items():
+            share_of[ep] = max(share_of.get(ep, 0.0), share)
         for mapping in pub.mappings:
             ep = mapping.endpoint_id
             ratio_of[ep] = max(ratio_of.get(ep, 0.0), sanitize(mapping.ratio))
@@ -123,6 +170,7 @@ def index(publications: Iterable[Publication]) -> EndpointIndex:
         ratio_of,
         {ep: tuple(names) for ep, names in names_of.items()},
         {ep: tuple(models) for ep, models in members.items()},
+        share_of,
     )
 
 
@@ -149,6 +197,7 @@ def reindexed(
                 changed_at.setdefault(m.endpoint_id, set()).add(name)
     endpoints = {m.endpoint_id for pub in before for m in pub.mappings} | changed_at.keys()
     ratio_of, names_of, members = dict(idx.ratio_of), dict(idx.names_of), dict(idx.members)
+    share_of = dict(idx.share_of)
     for ep in endpoints:
         now = {name for name in members.get(ep, ()) if name not in changed}
         now |= changed_at.get(ep, set())
@@ -156,18 +205,20 @@ def reindexed(
             ratio_of.pop(ep, None)
             names_of.pop(ep, None)
             members.pop(ep, None)
+            share_of.pop(ep, None)
             continue
         ordered = tuple(sorted(now))
-        ratio = 0.0
+        ratio = share = 0.0
         names: dict[str, None] = {}
         for name in ordered:
             pub = after[name]
             for mapping in pub.mappings:
                 if mapping.endpoint_id == ep:
                     ratio = max(ratio, sanitize(mapping.ratio))
+            share = max(share, _shares(pub).get(ep, 0.0))
             names.update(dict.fromkeys(pub.names))
-        ratio_of[ep], names_of[ep], members[ep] = ratio, tuple(names), ordered
-    return EndpointIndex(ratio_of, names_of, members)
+        ratio_of[ep], names_of[ep], members[ep], share_of[ep] = ratio, tuple(names), ordered, share
+    return EndpointIndex(ratio_of, names_of, members, share_of)
 
 
 @dataclass(slots=True)
@@ -178,7 +229,29 @@ class _Planned:
     served_endpoints: set[str]
 
 
-def _plan(circuits: Iterable[Circuit], idx: EndpointIndex) -> _Planned:
+def hierarchical_weights(endpoint_share: float, circuit: Circuit) -> list[int | None]:
+    """Each route's weight under the hierarchical rule (None: drained), in
+    route order, given the endpoint's share of its model."""
+    declared = {g.id: sanitize(g.traffic_weight) for g in circuit.replica_groups}
+    group_of = [r.replica_group_id if r.replica_group_id in declared else None for r in circuit.route_info]
+    ratios = [sanitize(r.traffic_ratio) for r in circuit.route_info]
+    within: dict[str | None, float] = {}
+    for gid, ratio in zip(group_of, ratios, strict=True):
+        within[gid] = within.get(gid, 0.0) + ratio
+    weight_of = {gid: (declared[gid] if gid is not None else IMPLICIT_GROUP_WEIGHT) for gid in within}
+    # An empty group (no live route) is not among the children: its share
+    # goes to its siblings.
+    groups_total = sum(w for gid, w in weight_of.items() if within[gid] > 0)
+    out: list[int | None] = []
+    for gid, ratio in zip(group_of, ratios, strict=True):
+        share = 0.0
+        if groups_total > 0 and within[gid] > 0:
+            share = sanitize(endpoint_share) * (weight_of[gid] / groups_total) * (ratio / within[gid])
+        out.append(None if share == 0 else min(MAX_WEIGHT, max(MIN_WEIGHT, round_half_up(SHARE_SCALE * share))))
+    return out
+
+
+def _plan(circuits: Iterable[Circuit], idx: EndpointIndex, weighting: str = FLAT) -> _Planned:
     out: dict[str, BackendSpec] = {}
     pending_circuits: list[str] = []
     drained: list[str] = []
@@ -192,10 +265,14 @@ def _plan(circuits: Iterable[Circuit], idx: EndpointIndex) -> _Planned:
             pending_circuits.append(str(circuit.id))
             continue
         kind = "vllm" if circuit.runtime_variant == "vllm" else "openai_compat"
+        if weighting == HIERARCHICAL:
+            weights = hierarchical_weights(idx.share_of.get(ep, 0.0), circuit)
+        else:
+            weights = [composed_weight(idx.ratio_of[ep], r.traffic_ratio) for r in circuit.route_info]
         for i, route in enumerate(circuit.route_info):
             key = str(route.route_id) if route.route_id is not None else str(i)
             name = f"{NAME_PREFIX}{circuit.id}-r{key}"
-            weight = composed_weight(idx.ratio_of[ep], route.traffic_ratio)
+            weight = weights[i]
             if weight is None:
                 drained.append(name)
                 continue
@@ -206,14 +283,14 @@ def _plan(circuits: Iterable[Circuit], idx: EndpointIndex) -> _Planned:
     return _Planned(out, pending_circuits, drained, served_endpoints)
 
 
-def desired_backends(circuits: Iterable[Circuit], idx: EndpointIndex) -> dict[str, BackendSpec]:
+def desired_backends(circuits: Iterable[Circuit], idx: EndpointIndex, weighting: str = FLAT) -> dict[str, BackendSpec]:
     """``desired(circuits, publications).backends``, given the publications' index."""
-    return dict(sorted(_plan(circuits, idx).backends.items()))
+    return dict(sorted(_plan(circuits, idx, weighting).backends.items()))
 
 
-def desired(circuits: Iterable[Circuit], publications: Iterable[Publication]) -> RouterPlan:
+def desired(circuits: Iterable[Circuit], publications: Iterable[Publication], weighting: str = FLAT) -> RouterPlan:
     pubs = list(publications)
-    planned = _plan(circuits, index(pubs))
+    planned = _plan(circuits, index(pubs), weighting)
     served = planned.served_endpoints
     published = sorted({name for pub in pubs for name in pub.names})
     pending_pubs = sorted(pub.model for pub in pubs if not any(m.endpoint_id in served for m in pub.mappings))

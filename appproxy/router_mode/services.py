@@ -67,6 +67,7 @@ from ..reconcile import (
 )
 from ..wire import Circuit as WireCircuit
 from . import metrics, pulled
+from .config import weighting
 from .plan import EndpointIndex, RouterPlan, desired, desired_backends, index, reindexed
 from .wire import KeyRecordWire, RouterSnapshot, parse_snapshot
 from .wire import Publication as WirePublication
@@ -206,9 +207,10 @@ def _read_publications(authority: str, names: Collection[str] | None = None) -> 
 def router_circuit_desire(authority: str) -> Desire:
     """The ``desire`` reconcile.apply_locked plans with in ROUTER mode:
     circuits × the authority's publications, no model read."""
+    rule = weighting()
 
     def desire(circuits: Iterable[WireCircuit], _models: Mapping[str, str]) -> dict[str, BackendSpec]:
-        return desired_backends(circuits, _current(authority).index)
+        return desired_backends(circuits, _current(authority).index, rule)
 
     return Desire(desire)
 
@@ -405,6 +407,11 @@ _planned_all: dict[tuple[str, str], float] = {}
 PLAN_ALL_EVERY = 600.0
 # (authority, node_id) → the circuits that pull applied, item by item (appproxy/router_mode/pulled.py).
 _applied: dict[tuple[str, str], pulled.Applied] = {}
+# (authority, node_id) → the weighting rule the memos above were planned
+# with: a change of ``appproxy_router.weighting`` changes every weight while
+# no circuit or publication changes, so it drops them (the next pull then
+# compares the whole mirror and plans again every circuit that drifted).
+_weighted: dict[tuple[str, str], str] = {}
 
 
 def _unchanged_since(memo: tuple[str, int] | None, digest: str) -> bool:
@@ -463,6 +470,11 @@ def router_pull_and_apply(
     started = timezone.now()
     cpu0 = time.thread_time()
     memo = (authority, node_id)
+    rule = weighting()
+    if _weighted.get(memo) != rule:
+        for memos in (_pulled, _applied, _planned_all):
+            memos.pop(memo, None)
+        _weighted[memo] = rule
     fetched_at = current_revision()
     body = client.circuit_body(worker_id)
     answer = None if _unchanged_since(_pulled.get(memo), body.digest) else _answer_of(body)
@@ -644,7 +656,7 @@ def current_plan(authority: str) -> RouterPlan:
     The circuits are read and parsed one at a time: `desired` only folds them
     into the plan."""
     rows = Circuit.objects.only("circuit_id", "raw").order_by().iterator(chunk_size=500)
-    return desired((c for c in map(stored_circuit, rows) if c is not None), publications(authority))
+    return desired((c for c in map(stored_circuit, rows) if c is not None), publications(authority), weighting())
 
 
 def clear_router_mirror() -> bool:

@@ -30,7 +30,7 @@ from ..backends import SOURCE
 from ..facts import LiveFacts
 from ..models import Circuit, EventRecord, Publication, Route, WorkerState
 from ..subscribed import subscriber_alive
-from .config import RouterSettings, parse_router_section
+from .config import RouterSettings, parse_router_section, weighting
 from .plan import MirrorSummary, summarize
 
 __all__ = [
@@ -156,6 +156,7 @@ def _live(authority: str, node_id: str, snap: Snapshot) -> dict[str, Any]:
             "publications": Publication.objects.filter(authority=authority).count(),
             "coordinator_keys": coordinator_key_count(),
             "backends": len(ours),
+            "weighting": weighting(),
             # Each backend's weight up to ROUTER_STATUS_BACKENDS of them
             # (else null: 20,000 names are no status); how many have each
             # weight, always.

@@ -53,6 +53,11 @@ ROUTER frontend mode (BEP-1053; contract ``shared/reference/router-mode.md``
   ``propagation: "deferred"``; a strict DELETE waits for every live node and
   reports ``unconfirmed_nodes``.
 
+Both circuit shapes are served: the seed's, and the refined BEP-1053's when
+a bulk routes call gives ``replica_groups`` (``[{id, traffic_weight,
+lifecycle}]``, then on the circuit) and routes their ``replica_group_id``
+and ``traffic_ratio`` (a route without a group keeps the seed's shape).
+
 Test-only knobs (also over HTTP under ``/_test/``): change a route's
 traffic_ratio without an event, suppress the next N events (a suppressed
 ``created`` or ROUTER event is not waited for), inspect workers/circuits/

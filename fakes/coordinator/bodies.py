@@ -110,11 +110,23 @@ class RouteEntry(Model):
     route_id: UUID
     kernel_host: str
     kernel_port: int
+    # The refined BEP-1053 shape: a route's group and its share within it.
+    replica_group_id: str | None = None
+    traffic_ratio: float = 1.0
+
+
+class ReplicaGroupEntry(Model):
+    id: str
+    traffic_weight: float = 100.0
+    lifecycle: str | None = None
 
 
 class RoutesItem(Model):
     deployment_id: DeploymentId
     routes: list[RouteEntry]
+    # Given: the circuit carries these groups (the refined shape); absent:
+    # the circuit keeps the groups it has (none: the seed's shape).
+    replica_groups: list[ReplicaGroupEntry] | None = None
 
 
 class BulkRoutes(Model):

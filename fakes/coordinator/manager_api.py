@@ -191,15 +191,18 @@ async def delete_bulk(request: web.Request) -> web.Response:
 
 
 def _route_row(entry: RouteEntry) -> dict[str, Any]:
-    return {
+    row = {
         "route_id": str(entry.route_id),
         "session_id": str(entry.session_id),
         "session_name": None,
         "kernel_host": entry.kernel_host,
         "kernel_port": entry.kernel_port,
         "protocol": "http",
-        "traffic_ratio": 1.0,
+        "traffic_ratio": entry.traffic_ratio,
     }
+    if entry.replica_group_id is not None:  # the refined shape only when asked for
+        row["replica_group_id"] = entry.replica_group_id
+    return row
 
 
 def _replace(_old: list[dict[str, Any]], routes: list[RouteEntry]) -> list[dict[str, Any]]:
@@ -216,12 +219,15 @@ def _unregister(old: list[dict[str, Any]], route_ids: list[UUID]) -> list[dict[s
     return [r for r in old if r.get("route_id") not in drop]
 
 
-async def _change_routes(app: web.Application, items: list[tuple[UUID, Any]], op: RouteOp) -> list[dict[str, Any]]:
+async def _change_routes(
+    app: web.Application, items: list[tuple[UUID, Any]], op: RouteOp, groups: list[Any] | None = None
+) -> list[dict[str, Any]]:
+    """`groups`: per item, its ``replica_groups`` (None: the circuit keeps its own)."""
     state = app[STATE_KEY]
     results: list[dict[str, Any]] = []
     changed: list[dict[str, Any]] = []
     with state.lock:
-        for endpoint_id, arg in items:
+        for n, (endpoint_id, arg) in enumerate(items):
             key = str(endpoint_id)
             circuit = state.endpoint_circuit(key)
             if circuit is None:
@@ -234,6 +240,8 @@ async def _change_routes(app: web.Application, items: list[tuple[UUID, Any]], op
                 )
                 continue
             circuit["route_info"] = op(circuit["route_info"], arg)
+            if groups is not None and groups[n] is not None:
+                circuit["replica_groups"] = [g.model_dump() for g in groups[n]]
             circuit["updated_at"] = now_iso()
             changed.append(copy.deepcopy(circuit))
             results.append({"deployment_id": key, "success": True, "error": None})
@@ -250,7 +258,8 @@ def _routes_handler(
     async def handler(request: web.Request) -> web.Response:
         params: Any = await parse(request, body)
         items = [(i.deployment_id, arg(i)) for i in params.endpoints]
-        return json_response({"endpoints": await _change_routes(request.app, items, op)})
+        groups = [getattr(i, "replica_groups", None) for i in params.endpoints]
+        return json_response({"endpoints": await _change_routes(request.app, items, op, groups)})
 
     return handler
 

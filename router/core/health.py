@@ -14,6 +14,17 @@ Invariants:
   (capped at `max_cooldown_s`).
 - Every `on_start()` is matched by exactly one of `on_success()`,
   `on_failure()` or `on_cancel()`; in-flight never goes below zero.
+- Warm-up is not down. A backend that is starting (it loads a model) answers
+  the probe 503 or refuses connections; that opens a warm-up window of
+  `warmup_timeout_s` when the backend is first probed, when it answers 503
+  after being unreachable since its last good probe (it restarted), or when
+  a 503 says it is loading (llama.cpp: "Loading model"). Inside the window
+  the backend is `warming` — out of rotation, probed every
+  `warmup_interval_s`, and no failed probe counts; a good probe ends it
+  (healthy_threshold still applies). A window that runs out leaves the
+  backend down, and no new one opens until the backend is unreachable or
+  healthy again (a server stuck answering 503 is down, not warming forever).
+  `warmup_timeout_s` 0 turns warm-up off.
 """
 
 from __future__ import annotations
@@ -21,6 +32,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Probe(Enum):
+    """What one active probe found."""
+
+    OK = "ok"
+    LOADING = "loading"  # a 503 that says it is loading a model
+    UNAVAILABLE = "unavailable"  # any other 503
+    UNREACHABLE = "unreachable"  # connection refused (nothing listens yet)
+    FAILED = "failed"  # anything else: a timeout, another 5xx
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +66,10 @@ class HealthPolicy:
     # vLLM, SGLang, llama.cpp), read every load_interval_s; "" reads none.
     load_path: str = "/metrics"
     load_interval_s: float = 5.0
+    # Warm-up (a backend loading a model after a start): probed this often,
+    # for at most this long, before it counts as down; 0 = no warm-up.
+    warmup_interval_s: float = 2.0
+    warmup_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
@@ -58,6 +84,8 @@ class HealthPolicy:
             raise ValueError("HealthPolicy.backoff must be >= 1")
         if self.interval_s <= 0 or self.timeout_s <= 0 or self.load_interval_s <= 0:
             raise ValueError("HealthPolicy probe interval/timeout must be > 0")
+        if self.warmup_interval_s <= 0 or self.warmup_timeout_s < 0:
+            raise ValueError("HealthPolicy needs warmup_interval_s > 0 and warmup_timeout_s >= 0")
 
 
 DEFAULT_POLICY = HealthPolicy()
@@ -87,6 +115,13 @@ class BackendState:
     # backend's prompt cache, and those cached tokens (its hit ratio).
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # Warm-up: `warming` is what readers show (the prober sets it from its
+    # window; a web process from the prober's verdict); the rest is the
+    # prober's own bookkeeping.
+    warming: bool = False
+    warm_until: float | None = None
+    warm_spent: bool = False  # a window ran out; none opens until unreachable or healthy again
+    unreachable_since_ok: bool = False
     policy: HealthPolicy = field(default=DEFAULT_POLICY, repr=False)
 
     # -- queries -----------------------------------------------------------
@@ -173,19 +208,58 @@ class BackendState:
 
     # -- active probes -----------------------------------------------------
 
-    def on_probe(self, ok: bool, now: float) -> None:
+    def probe_interval(self) -> float:
+        """How long after its last probe this backend is due another."""
+        return self.policy.warmup_interval_s if self.warming else self.policy.interval_s
+
+    def on_probe(self, result: Probe | bool, now: float) -> None:
+        if isinstance(result, bool):
+            result = Probe.OK if result else Probe.FAILED
+        first = self.last_probe_at is None
         self.last_probe_at = now
         policy = self.policy
-        if ok:
+        if result is Probe.OK:
+            self.unreachable_since_ok = self.warm_spent = False
             self.probe_fail_streak = 0
             self.probe_ok_streak += 1
             if self.probe_ok_streak >= policy.healthy_threshold:
                 self.probe_healthy = True
-        else:
-            self.probe_ok_streak = 0
-            self.probe_fail_streak += 1
-            if self.probe_fail_streak >= policy.unhealthy_threshold:
-                self.probe_healthy = False
+                self.warming, self.warm_until = False, None
+            return
+        if result is Probe.UNREACHABLE:
+            self.warm_spent = False  # down or restarting: its next start may warm up
+        if self._warm(result, first, now):
+            return
+        if result is Probe.UNREACHABLE:
+            self.unreachable_since_ok = True
+        self.probe_ok_streak = 0
+        self.probe_fail_streak += 1
+        if self.probe_fail_streak >= policy.unhealthy_threshold:
+            self.probe_healthy = False
+
+    def _warm(self, result: Probe, first: bool, now: float) -> bool:
+        """A failed probe inside (or opening) a warm-up window: True when it
+        is not to be counted as a failure."""
+        policy = self.policy
+        if self.warm_until is None:
+            starting = (
+                result is Probe.LOADING
+                or (first and result in (Probe.UNAVAILABLE, Probe.UNREACHABLE))
+                or (result is Probe.UNAVAILABLE and self.unreachable_since_ok)
+            )
+            if not starting or self.warm_spent or policy.warmup_timeout_s <= 0:
+                return False
+            self.warm_until = now + policy.warmup_timeout_s
+        elif now >= self.warm_until:
+            # It never came up: down, at once.
+            self.warming, self.warm_until, self.warm_spent = False, None, True
+            self.unreachable_since_ok = False
+            self.probe_healthy, self.probe_ok_streak = False, 0
+            self.probe_fail_streak = max(self.probe_fail_streak, policy.unhealthy_threshold)
+            return True
+        self.warming, self.probe_healthy = True, False
+        self.probe_ok_streak = 0
+        return True
 
 
 # What a reader shows for a backend no request or probe has touched (it has

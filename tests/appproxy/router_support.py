@@ -39,6 +39,7 @@ def router_yaml(
     events: bool = True,
     backends: str = "",
     fallback: str = "",
+    weighting: str = "",
 ) -> str:
     return f"""
 backends:
@@ -63,7 +64,7 @@ appproxy_router:
   channel: "{channel}"
   retry_backoff_max: "1s"
   subscribe_grace: "20s"
-"""
+""" + (f"  weighting: {weighting}\n" if weighting else "")
 
 
 class RouterNode:

@@ -82,6 +82,7 @@ def test_route_info_accepts_kebab_case_and_emits_snake_case() -> None:
         "kernel_port",
         "protocol",
         "traffic_ratio",
+        "replica_group_id",  # refined BEP-1053, None without a group
     }
 
 
