@@ -19,7 +19,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from . import admin_tokens, audit_log, backends, configdoc, keys
+from . import admin_tokens, audit_log, backends, configdoc, keys, response_cache
 from .auth import AdminAuth, identify
 from .errors import AdminApiError, InvalidRequest, MethodNotAllowed, NotFound, Unauthenticated
 
@@ -41,7 +41,10 @@ def _docs_guard(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 api = NinjaAPI(
     title="LLM router admin API",
     version="1",
-    description="Keys, config with versions and rollback, backends and the audit log. See docs/admin-api.md.",
+    description=(
+        "Keys, config with versions and rollback, backends, the response cache and the audit log. "
+        "See docs/admin-api.md."
+    ),
     urls_namespace="adminapi",
     auth=AdminAuth(),
     docs_url="/docs",
@@ -54,6 +57,7 @@ api.add_router("/config", configdoc.router)
 api.add_router("/backends", backends.router)
 api.add_router("/tokens", admin_tokens.router)
 api.add_router("/audit", audit_log.router)
+api.add_router("/response-cache", response_cache.router)
 
 
 def _loc(loc: Any) -> str | None:

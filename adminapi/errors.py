@@ -115,7 +115,14 @@ class VersionConflict(Conflict):
     message = "The config changed since the version given in If-Match."
 
 
+class RedisUnavailable(AdminApiError):
+    status = 503
+    type = "server_error"
+    code = "redis_unavailable"
+    message = "Redis is unavailable; nothing was changed. Retry when it is back."
+
+
 CATALOGUE: tuple[type[AdminApiError], ...] = (
     AdminApiError, InvalidRequest, InvalidConfig, Unauthenticated, ReadOnlyToken, CsrfFailed, NotStaff,
-    ReadOnlyResource, NotFound, MethodNotAllowed, Conflict, VersionConflict,
+    ReadOnlyResource, NotFound, MethodNotAllowed, Conflict, VersionConflict, RedisUnavailable,
 )  # fmt: skip

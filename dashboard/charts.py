@@ -30,6 +30,8 @@ class Chart:
     metric: str
     title: str
     note: str
+    by: str | None = None  # a breakdown of its own, whatever the page's
+    empty: str = ""  # why a window can be empty, beyond "no requests"
 
 
 CHARTS = (
@@ -40,6 +42,12 @@ CHARTS = (
     Chart("tokens", "Output tokens/s", "completion tokens the backends reported, per second"),
     Chart(
         "speed", "Generation speed", "output tokens per second of producing them (after the first byte if streamed)"
+    ),
+    # Per model whatever the page's breakdown: an entry belongs to a model, and
+    # a hit names no backend.
+    Chart(
+        "cache", "Response cache", "hit ratio per model: hits / (hits + misses); a bypass is not counted",
+        by="model", empty=" met the response cache (it is off, or every request was bypassed)",
     ),
 )
 METRICS = {c.metric for c in CHARTS}
@@ -76,7 +84,7 @@ def page_context(query: QueryDict) -> dict[str, Any]:
         "charts": [
             {
                 "chart": c,
-                "src": reverse("dashboard:chart", args=[c.metric]) + "?" + choice.query(),
+                "src": reverse("dashboard:chart", args=[c.metric]) + "?" + choice.query(**({"by": c.by} if c.by else {})),
             }
             for c in CHARTS
         ],

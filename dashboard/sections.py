@@ -60,7 +60,7 @@ SECTIONS: dict[str, Section] = {
     s.name: s
     for s in (
         Section("node", "Node", lambda r: selectors.node_facts(r.rt, r.view, r.backends)),
-        Section("traffic", "Traffic", lambda r: traffic.traffic()),
+        Section("traffic", "Traffic", lambda r: traffic.traffic(cache=r.view.snapshot.response_cache is not None)),
         Section("workers", "AppProxy worker", lambda r: mirror.worker_rows()),
         Section("backends", "Backends", lambda r: selectors.backends_shown(r.backends, r.rt)),
         Section(

@@ -6,7 +6,9 @@ They are read from the same per-minute aggregates as the Charts page's
 plots (laid out by router/timeseries.py, read with node/timeseries.py): two
 pipelined reads of WINDOW_MINUTES hashes each, summed over nodes, and the
 latencies' observed extremes, which keep a percentile within what was
-really seen (as on the plots). The
+really seen (as on the plots). While this process's snapshot has the
+response cache on, a third read of the same minutes per model adds its hit
+ratio (hits / (hits + misses), as the Charts page plots it). The
 current minute is still filling, so a rate divides by the seconds the window
 has really covered, not by whole minutes. Redis being down is reported in the
 section, never raised.
@@ -19,10 +21,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from node.timeseries import Span, percentile, read_buckets
-from router.timeseries import MINUTE, STATUS_CODES, Counts
+from node.timeseries import Span, hit_ratio, percentile, read_buckets
+from router.timeseries import CACHE_HIT_BYTES, MINUTE, STATUS_CODES, Counts
 
 WINDOW_MINUTES = 5
+CACHE_MODELS = 5  # models named beside the cache's hit ratio, by lookups
 
 
 def _sum(rows: list[dict[str, Counts]]) -> Counts:
@@ -77,13 +80,41 @@ def figures(counts: Counts, latency: Counts, seconds: float, span: Span | None =
     }
 
 
-def traffic(*, client: Any = None, now: float | None = None) -> dict[str, Any]:
-    """{"minutes", "error"?, figures…} of the last WINDOW_MINUTES minutes."""
+def cache_figures(by_model: list[dict[str, Counts]]) -> dict[str, Any]:
+    """The response cache's figures of one window, from its per-model rows:
+    totals and the CACHE_MODELS models with the most lookups."""
+    models: dict[str, Counts] = {}
+    for row in by_model:
+        for model, counts in row.items():
+            into = models.setdefault(model, {})
+            for code, n in counts.items():
+                into[code] = into.get(code, 0) + n
+    total = _sum([models])
+    ranked = sorted(
+        ((m, c.get("ch", 0) + c.get("cm", 0)) for m, c in models.items()),
+        key=lambda item: (-item[1], item[0]),
+    )
+    return {
+        "hit_ratio_pct": _rounded(hit_ratio(total)),
+        "hits": total.get("ch", 0),
+        "misses": total.get("cm", 0),
+        "bypasses": total.get("cb", 0),
+        "hit_bytes": total.get(CACHE_HIT_BYTES, 0),
+        "models": [
+            {"model": m, "lookups": n, "hit_ratio_pct": _rounded(hit_ratio(models[m]))}
+            for m, n in ranked[:CACHE_MODELS] if n
+        ],
+    }
+
+
+def traffic(*, cache: bool = False, client: Any = None, now: float | None = None) -> dict[str, Any]:
+    """{"minutes", "error"?, figures…, "cache"} of the last WINDOW_MINUTES
+    minutes; `cache` (the response cache is on): its figures, else None."""
     now = time.time() if now is None else now
     last = int(now // MINUTE) * MINUTE
     buckets = [last - i * MINUTE for i in range(WINDOW_MINUTES)]
     seconds = (WINDOW_MINUTES - 1) * MINUTE + (now - last)
-    out: dict[str, Any] = {"minutes": WINDOW_MINUTES, "error": None}
+    out: dict[str, Any] = {"minutes": WINDOW_MINUTES, "error": None, "cache": None}
     try:
         if client is None:
             from router.redis import sync_client  # looked up per call: the process's client as it is now
@@ -91,6 +122,9 @@ def traffic(*, client: Any = None, now: float | None = None) -> dict[str, Any]:
             client = sync_client()
         counts, _ = read_buckets(client, MINUTE, buckets, "node", "n")
         latency, extremes = read_buckets(client, MINUTE, buckets, "node", "l")
+        by_model = read_buckets(client, MINUTE, buckets, "model", "n")[0] if cache else None
     except RedisError as exc:
         return {**out, "error": f"Redis unavailable: {type(exc).__name__}: {exc}"}
+    if by_model is not None:
+        out["cache"] = cache_figures(by_model)
     return {**out, **figures(_sum(counts), _sum(latency), seconds, _span(latency, extremes))}

@@ -32,6 +32,7 @@ METRICS = {
     "ttft": "ms",
     "tokens": "tokens/s",
     "speed": "tokens/s",
+    "cache": "%",  # the response cache's hit ratio: hits / (hits + misses)
 }
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 # What a series of the values written as UNKNOWN is called: no model label
@@ -70,7 +71,15 @@ def percentile(hist: Mapping[int, int], q: float, span: Span | None = None) -> f
     return found
 
 
-FAMILY = {"requests": "n", "errors": "n", "tokens": "n", "speed": "n", "latency": "l", "ttft": "f"}
+FAMILY = {"requests": "n", "errors": "n", "tokens": "n", "speed": "n", "cache": "n", "latency": "l", "ttft": "f"}
+
+
+def hit_ratio(counts: Counts) -> float | None:
+    """The response cache's hit ratio in %: hits over the requests it could
+    have answered (hits + misses; a bypass was never cacheable), None when
+    there were none."""
+    hits, lookups = counts.get("ch", 0), counts.get("ch", 0) + counts.get("cm", 0)
+    return 100.0 * hits / lookups if lookups else None
 
 
 def read_buckets(
@@ -114,6 +123,8 @@ def _weight(metric: str, counts: Counts) -> int:
         return counts.get("to", 0)
     if metric == "errors":
         return counts.get("s4", 0) + counts.get("s5", 0)
+    if metric == "cache":
+        return counts.get("ch", 0) + counts.get("cm", 0)
     return sum(counts.get(c, 0) for c in STATUS_CODES)
 
 
@@ -153,6 +164,8 @@ def _points(metric: str, counts: Counts, res: int, split: bool, span: Span | Non
     if metric == "speed":  # output tokens per second spent producing them
         spent = counts.get("tm", 0)
         return {"": counts.get("to", 0) * 1000 / spent if spent else None}
+    if metric == "cache":
+        return {"hit ratio" if split else "": hit_ratio(counts)}
     hist = _hist(counts, "l" if metric == "latency" else "f")
     if not split:
         return {"p95": percentile(hist, 0.95, span)}
@@ -175,7 +188,8 @@ def series(
     value (errors 4xx+5xx, latency and TTFT p95), the top `top` by volume
     with the rest summed into `other`. `filter` selects one value of one
     dimension; with `by` it must name the same dimension (the hashes keep
-    each dimension apart).
+    each dimension apart). `cache` is the response cache's hit ratio (%),
+    one series in both shapes, its values ranked by hits + misses.
     `key` is the series' value (the stored one: `-` for UNKNOWN, which its
     label spells out) with a breakdown, else null: what a plot colours by,
     so one backend has one colour on every plot.

@@ -13,7 +13,9 @@ Layout: one Redis hash per (resolution, bucket start, dimension, family)
 `res` is 60 s (kept MINUTE_TTL) and 300 s (kept ROLLUP_TTL, ~25 h); `dim`
 is `node`, `model` or `backend` (the totals are the sum over nodes). Family
 `n`: `s2`…`s5`/`s0` requests by status class, `ti`/`to` tokens in/out,
-`tm` milliseconds spent producing the output tokens; family `l` / `f`:
+`tm` milliseconds spent producing the output tokens, and the response
+cache's verdicts (router/respcache/): `ch` hits, `cm` misses, `cb`
+bypasses and `cv` the bytes the hits answered; family `l` / `f`:
 latency / TTFT histogram bins `l<i>` / `f<i>` over the fixed EDGES_MS. A
 plot reads one family of one dimension (the families are apart so a rate
 plot never parses histogram fields).
@@ -64,6 +66,10 @@ UNKNOWN = "-"
 # inside a bin, so they are exact to the bin's width.
 EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000)
 STATUS_CODES = ("s2", "s3", "s4", "s5", "s0")
+# The response cache's verdict (an observation's `cache`) → its code in family
+# `n`; `cv` adds a hit's bytes. Four fixed codes: no new key, no new dimension.
+CACHE_CODES = {"hit": "ch", "miss": "cm", "bypass": "cb"}
+CACHE_HIT_BYTES = "cv"
 
 SPANS = (("l", "latency_ms"), ("f", "ttft_ms"))  # histogram family, observation field
 MAX, MIN = "max", "min"  # the extremes' families: sorted sets, not hashes
@@ -132,6 +138,13 @@ def _codes(obs: Mapping[str, Any]) -> Counts:
         if isinstance(latency, int | float):
             spent = latency - ttft if isinstance(ttft, int | float) else latency
             codes["tm"] = max(round(spent), 1)
+    verdict = obs.get("cache")
+    cache = CACHE_CODES.get(verdict) if isinstance(verdict, str) else None
+    if cache is not None:
+        codes[cache] = 1
+        hit_bytes = obs.get("cache_bytes")
+        if cache == "ch" and isinstance(hit_bytes, int) and hit_bytes > 0:
+            codes[CACHE_HIT_BYTES] = hit_bytes
     return codes
 
 

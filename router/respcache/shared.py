@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 0.2  # a Redis call slower than this counts as an outage
 RETRY_AFTER_S = 2.0  # after a failure, Redis is not asked again for this long
 MAX_WRITES = 64  # background writes in flight per process
+COUNT_SCANS = 20  # SCAN calls (of COUNT_BATCH keys looked at) a count may take
+COUNT_BATCH = 1000
 
 
 class Unavailable(Exception):
@@ -133,12 +135,31 @@ async def _put(name: bytes, entry: Entry, ttl_s: float) -> None:
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
+def _pattern(model: str | None) -> str:
+    return _GLOB.sub(r"\\\1", prefix()) + (f"{model_tag(model)}:*" if model is not None else "*")
+
+
+def count(client=None, *, scans: int = COUNT_SCANS) -> tuple[int, bool]:
+    """(shared entries found, whether that is all of them). SCAN walks the
+    whole Redis database, other deployments' keys included, so the walk is
+    bounded: at most `scans` calls looking at COUNT_BATCH keys each; past
+    that the number is a lower bound (False). Sync (an admin call's)."""
+    client = client or sync_client()
+    cursor, found = 0, 0
+    for _ in range(scans):
+        cursor, keys = client.scan(cursor, match=_pattern(None), count=COUNT_BATCH)
+        found += len(keys)
+        if cursor == 0:
+            return found, True
+    return found, False
+
+
 def purge(model: str | None = None, client=None) -> int:
     """Delete the shared entries (of `model`), and tell every web process to
     drop its memory tier's; how many shared entries were deleted. Sync (a
     management command's)."""
     client = client or sync_client()
-    pattern = _GLOB.sub(r"\\\1", prefix()) + (f"{model_tag(model)}:*" if model is not None else "*")
+    pattern = _pattern(model)
     deleted = 0
     batch: list[bytes] = []
     for key in client.scan_iter(match=pattern, count=1000):

@@ -16,7 +16,7 @@ from tests.support.routerproc import wait_until
 
 pytestmark = pytest.mark.django_db
 
-METRICS = ("requests", "errors", "latency", "ttft", "tokens", "speed")
+METRICS = ("requests", "errors", "latency", "ttft", "tokens", "speed", "cache")
 
 
 def test_anonymous_and_non_staff_are_refused(client):
@@ -110,6 +110,33 @@ def test_json_percentiles_stay_within_the_slowest_and_fastest_request(staff):
     found = {s["label"]: [v for v in s["values"] if v is not None] for s in body["series"]}
     assert [len(v) for v in found.values()] == [1, 1, 1], found
     assert 300.0 <= found["p50"][0] <= 500.0 and 2000.0 <= found["p99"][0] <= 2700.0, found
+
+
+def test_the_response_cache_plot_is_its_hit_ratio_per_model_whatever_the_breakdown(staff):
+    """The cache plot reads per model on every breakdown of the page, and its
+    JSON is each model's hits / (hits + misses) in % (a bypass is not a
+    lookup; a model that never met the cache has no series)."""
+    for by in ("", "node", "backend"):
+        page = staff.get(f"/dashboard/charts/?window=15m&by={by}").content.decode()
+        match = re.search(r'<div class="chart" id="chart-cache"[^>]*data-chart-src="([^"]+)"', page)
+        assert match and match.group(1) == "/dashboard/charts/cache.json?window=15m&amp;by=model", by
+        assert "met the response cache (it is off, or every request was bypassed)" in page
+    drain_through(
+        obs("chat", None, 200, 0.1, cache="hit", cache_bytes=900, path="cache"),
+        obs("chat", "vllm-a", 200, 80.0, cache="miss"),
+        obs("code", "vllm-a", 200, 80.0, cache="hit", cache_bytes=10),
+        obs("embed", "vllm-a", 200, 80.0, cache="bypass"),
+        obs("plain", "vllm-a", 200, 80.0),
+    )
+    body = staff.get("/dashboard/charts/cache.json?window=15m&by=model").json()
+    assert body["unit"] == "%"
+    assert {s["label"]: [v for v in s["values"] if v is not None] for s in body["series"]} == {
+        "chat": [50.0], "code": [100.0],
+    }
+    totals = staff.get("/dashboard/charts/cache.json?window=1h").json()["series"]
+    assert [(s["label"], [v for v in s["values"] if v is not None]) for s in totals] == [
+        ("hit ratio", [pytest.approx(66.6667)])
+    ]
 
 
 def test_redis_down_is_a_503_the_plot_shows_as_an_error(staff, monkeypatch):

@@ -134,3 +134,52 @@ def test_a_healthy_node_names_no_backend(staff, mirror, live_runtime):
     live_runtime()
     node = orjson.loads(staff.get("/dashboard/live.json?sections=node").content)["sections"]["node"]
     assert node["data"]["backends_down"] == [] and 'id="backends-down"' not in node["html"]
+
+
+def cache_obs(ts: float, label: str, verdict: str, nbytes: int = 0) -> dict:
+    hit = verdict == "hit"
+    return {"ts": ts, "status": 200, "latency_ms": 0.1 if hit else 90.0, "label": label,
+            "provider": None if hit else "vllm-a", "cache": verdict, **({"cache_bytes": nbytes} if hit else {})}
+
+
+def test_the_cache_figures_are_its_hit_ratio_per_model_over_the_last_minutes(redis_prefix):
+    """Hits / (hits + misses) of every writer in the last 5 minutes, totals
+    and per model by lookups; older minutes and a cache that is off add
+    nothing."""
+    now = time.time()
+    write(*[cache_obs(now, "chat", "hit", 2048) for _ in range(3)], cache_obs(now, "chat", "miss"),
+          cache_obs(now - 60, "code", "miss"), cache_obs(now - 60, "code", "bypass"), cache_obs(now - 60, "embed", "bypass"))
+    write(*[cache_obs(now - 6 * MINUTE, "old", "hit", 10) for _ in range(9)])  # outside the window
+    got = traffic.traffic(cache=True, now=now)["cache"]
+    assert got == {
+        "hit_ratio_pct": 60.0, "hits": 3, "misses": 2, "bypasses": 2, "hit_bytes": 6144,
+        "models": [{"model": "chat", "lookups": 4, "hit_ratio_pct": 75.0},
+                   {"model": "code", "lookups": 1, "hit_ratio_pct": 0.0}],
+    }
+    assert traffic.traffic(now=now)["cache"] is None
+
+
+def test_the_traffic_section_shows_the_cache_only_while_it_is_on(staff, mirror, redis_prefix):
+    """The snapshot (compiled from the mirror here) says whether the cache is
+    on; off, the section has no cache figure even with cache counts stored."""
+    now = time.time()
+    write(cache_obs(now, "chat", "hit", 1500), cache_obs(now, "chat", "miss"))
+
+    def section() -> tuple[str, dict]:
+        body = orjson.loads(staff.get("/dashboard/live.json?sections=traffic").content)
+        return body["sections"]["traffic"]["html"], body["sections"]["traffic"]["data"]
+
+    html, data = section()
+    assert data["cache"] is None and "traffic-cache" not in html and "Response cache" not in html
+    from router.models import ConfigDocument
+    from router.revision import bump_revision
+
+    doc = ConfigDocument.objects.get(pk=1)
+    doc.document = {**doc.document, "response_cache": {"enabled": True}}
+    doc.save()
+    bump_revision("cache on")
+    html, data = section()
+    assert data["cache"]["hit_ratio_pct"] == 50.0
+    assert 'id="traffic-cache"' in html and 'data-value="50.0"' in html
+    assert "1 hit (1.5\xa0KB) · 1 miss · 0 bypassed" in html
+    assert '<span data-model="chat" data-value="50.0">chat 50.0 %</span>' in html
