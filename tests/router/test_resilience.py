@@ -62,11 +62,14 @@ def test_active_probe_marks_unhealthy_until_recovery(openai_backends, router_fac
     """The probe task's verdict reaches the web process; an unhealthy backend gets
     no traffic until a probe sees it healthy again."""
     a, b = openai_backends("a", "b")
-    router = router_factory(two_backends(a, b))
+    # Each probe below runs in a new process, to which every backend is
+    # first seen: without warmup_timeout 0 a refused first probe would be a
+    # start (warming up, tests/router/test_warmup.py), not an outage.
+    router = router_factory(two_backends(a, b).replace("healthy_threshold: 1}", "healthy_threshold: 1, warmup_timeout: 0}"))
     probe = lambda: router.manage("shell", "-c", "from node.tasks import probe_backends; print(probe_backends())")  # noqa: E731
     a.stop()
     out = probe()
-    assert "'a': False" in out.stdout, out.stderr
+    assert "'a': '0'" in out.stdout, out.stderr
     wait_until(lambda: not {x["name"]: x for x in router.status()["backends"]}["a"]["healthy"], 10, what="probe verdict")
     a.start()  # alive again, but not yet probed: still out of rotation
     with httpx.Client(base_url=router.url, timeout=30) as http:
@@ -75,7 +78,7 @@ def test_active_probe_marks_unhealthy_until_recovery(openai_backends, router_fac
     assert posts(a) == []
     # The probe task keeps its own per-backend interval; a fresh process probes at once.
     out = probe()
-    assert "'a': True" in out.stdout, out.stderr
+    assert "'a': '1'" in out.stdout, out.stderr
     wait_until(lambda: {x["name"]: x for x in router.status()["backends"]}["a"]["healthy"], 10, what="recovery")
     with httpx.Client(base_url=router.url, timeout=30) as http:
         seen = {answered_by(http.post("/v1/chat/completions", json=CHAT)) for _ in range(6)}
