@@ -1,0 +1,66 @@
+"""Writes of uploaded files (sync: the door runs them in a thread).
+
+The bytes are stored before the row is written, and the row deleted before
+the bytes, so no row ever names missing bytes; a crash between the two can
+only leave unreferenced bytes behind.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from django.conf import settings
+from django.core.files.storage import Storage, storages
+from django.core.files.uploadedfile import UploadedFile
+
+from router.core.errors import FileQuotaExceeded, FileTooLarge
+
+from .models import StoredFile
+from .selectors import used_bytes
+
+STORAGE = "router_files"  # the STORAGES alias (config/settings.py)
+
+
+def file_storage() -> Storage:
+    return storages[STORAGE]
+
+
+def check_room(*, owner: str, size: int, used: int) -> None:
+    """413 for a file over the per-file limit, or one that takes its owner
+    past the per-key total."""
+    max_file = settings.ROUTER_FILES_MAX_BYTES
+    if size > max_file:
+        raise FileTooLarge(f"The file is larger than {max_file} bytes, the most this router accepts.", param="file")
+    quota = settings.ROUTER_FILES_MAX_BYTES_PER_KEY
+    if used + size > quota:
+        raise FileQuotaExceeded(
+            f"The file would take this API key's files to {used + size} bytes; the most is {quota}.", param="file"
+        )
+
+
+def file_create(*, owner: str, owner_name: str, upload: UploadedFile, purpose: str) -> StoredFile:
+    size = upload.size or 0
+    check_room(owner=owner, size=size, used=used_bytes(owner))
+    file_id = "file-" + secrets.token_hex(12)
+    storage = file_storage()
+    name = storage.save(file_id, upload)
+    try:
+        return StoredFile.objects.create(
+            id=file_id,
+            owner=owner,
+            owner_name=owner_name,
+            filename=(upload.name or "file")[:255],
+            purpose=purpose,
+            bytes=size,
+            created_at=int(time.time()),
+            storage_name=name,
+        )
+    except BaseException:
+        storage.delete(name)
+        raise
+
+
+def file_delete(row: StoredFile) -> None:
+    StoredFile.objects.filter(pk=row.pk).delete()
+    file_storage().delete(row.storage_name)
