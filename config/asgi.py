@@ -29,6 +29,7 @@
 """
 
 import asyncio
+import dataclasses
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -116,9 +117,9 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
         await direct.send_head_refusal(scope, send, refusal)
         return
     files = files_door.handles(path)
-    # An upload may take longer than a chat body to arrive (docs/files.md).
-    body_s = max(lim.body_timeout_s, settings.ROUTER_FILES_BODY_TIMEOUT) if files else lim.body_timeout_s
-    guard = Guard(scope, receive, send, body_s=body_s, send_s=lim.send_timeout_s)
+    if files and lim.body_timeout_s:  # an upload may take longer than a chat body to arrive (docs/files.md)
+        lim = dataclasses.replace(lim, body_timeout_s=max(lim.body_timeout_s, settings.ROUTER_FILES_BODY_TIMEOUT))
+    guard = Guard(scope, receive, send, body_s=lim.body_timeout_s, send_s=lim.send_timeout_s)
     try:
         endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
         if files:

@@ -30,7 +30,7 @@ from router.core.errors import (
 )
 from router.frontends.direct import declared_length, send_error
 
-from . import selectors, services, upload, wire
+from . import db, selectors, services, upload, wire
 
 PREFIX = "/v1/files"
 SLICE = 1 << 20  # a download is sent in slices of this many bytes
@@ -74,24 +74,19 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
     if not parts:
         await _list(scope, send, owner)
         return
-    row = await selectors.file_get(owner, parts[0])
+    row = await db.run(selectors.file_get, owner, parts[0])
     if len(parts) == 2:
         await _content(send, row)
     elif method == "DELETE":
-        await asyncio.to_thread(_delete, row)
+        await services.file_delete(row)
         await _json(send, wire.file_deleted(row.id))
     else:
         await _json(send, wire.file_object(row))
 
 
-def _delete(row) -> None:
-    services.file_delete(row)
-    _close_db()
-
-
 async def _create(scope: dict[str, Any], receive, send, owner: str, owner_name: str) -> None:
     max_file = settings.ROUTER_FILES_MAX_BYTES
-    left = settings.ROUTER_FILES_MAX_BYTES_PER_KEY - await selectors.aused_bytes(owner)
+    left = settings.ROUTER_FILES_MAX_BYTES_PER_KEY - await db.run(selectors.used_bytes, owner)
     refusal = FileTooLarge if max_file <= left else FileQuotaExceeded
     room = min(max_file, left) + upload.FRAMING
     if declared_length(scope) > room:
@@ -104,9 +99,16 @@ async def _create(scope: dict[str, Any], receive, send, owner: str, owner_name: 
         return  # the client went away
     content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin1")
     try:
-        row = await asyncio.to_thread(_store, body, content_type, owner, owner_name)
+        fields, file = await asyncio.to_thread(upload.parse, body, content_type)
     finally:
         body.close()
+    try:
+        purpose = fields.get("purpose")
+        if purpose not in wire.PURPOSES:
+            raise InvalidRequest(f"'purpose' must be one of {', '.join(sorted(wire.PURPOSES))}.", param="purpose")
+        row = await services.file_create(owner=owner, owner_name=owner_name, upload=file, purpose=purpose)
+    finally:
+        await asyncio.to_thread(file.close)
     await _json(send, wire.file_object(row))
 
 
@@ -114,31 +116,6 @@ def _too_large_message(refusal: type[RouterError], max_file: int, left: int) -> 
     if refusal is FileTooLarge:
         return f"The file is larger than {max_file} bytes, the most this router accepts."
     return f"The file is larger than the {max(left, 0)} bytes left of this API key's file storage."
-
-
-def _store(body, content_type: str, owner: str, owner_name: str):
-    """Parse the spooled body and store its file (in a thread)."""
-    length = body.seek(0, 2)
-    body.seek(0)
-    try:
-        fields, file = upload.parse(body, content_type, length)
-        try:
-            purpose = fields.get("purpose")
-            if purpose not in wire.PURPOSES:
-                raise InvalidRequest(f"'purpose' must be one of {', '.join(sorted(wire.PURPOSES))}.", param="purpose")
-            return services.file_create(owner=owner, owner_name=owner_name, upload=file, purpose=purpose)
-        finally:
-            file.close()
-    finally:
-        _close_db()
-
-
-def _close_db() -> None:
-    # A worker thread's DB connection is not reused by Django's request
-    # cycle here (no request_finished signal): close it with the thread's work.
-    from django.db import connections
-
-    connections.close_all()
 
 
 async def _list(scope: dict[str, Any], send, owner: str) -> None:
@@ -152,8 +129,13 @@ async def _list(scope: dict[str, Any], send, owner: str) -> None:
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
-    rows, more = await selectors.file_page(
-        owner, purpose=query.get("purpose") or None, limit=limit, after=query.get("after") or None, order=order
+    rows, more = await db.run(
+        selectors.file_page,
+        owner,
+        purpose=query.get("purpose") or None,
+        limit=limit,
+        after=query.get("after") or None,
+        order=order,
     )
     await _json(send, wire.file_list(rows, has_more=more))
 

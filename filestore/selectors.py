@@ -1,4 +1,5 @@
-"""Reads of uploaded files, always scoped to one owner (async ORM)."""
+"""Reads of uploaded files, always scoped to one owner. Sync: the door runs
+them on the files DB thread (filestore.db)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from .models import StoredFile
 MAX_PAGE = 10_000  # OpenAI's ceiling for `limit`, and its default
 
 
-async def file_get(owner: str, file_id: str) -> StoredFile:
+def file_get(owner: str, file_id: str) -> StoredFile:
     """The owner's file; any other owner's (or none) is the same 404."""
-    row = await StoredFile.objects.filter(owner=owner, id=file_id).afirst()
+    row = StoredFile.objects.filter(owner=owner, id=file_id).first()
     if row is None:
         raise FileNotFound(f"No such File object: {file_id}", param="id")
     return row
 
 
-async def file_page(
+def file_page(
     owner: str, *, purpose: str | None, limit: int, after: str | None, order: str
 ) -> tuple[list[StoredFile], bool]:
     """One page of the owner's files, newest first (`desc`) or oldest first,
@@ -28,7 +29,7 @@ async def file_page(
     if purpose:
         qs = qs.filter(purpose=purpose)
     if after:
-        cursor = await StoredFile.objects.filter(owner=owner, id=after).afirst()
+        cursor = StoredFile.objects.filter(owner=owner, id=after).first()
         if cursor is None:
             raise InvalidRequest(f"No such File object: {after}", param="after")
         c, i = cursor.created_at, cursor.id
@@ -37,14 +38,10 @@ async def file_page(
         else:
             qs = qs.filter(Q(created_at__gt=c) | Q(created_at=c, id__gt=i))
     qs = qs.order_by("-created_at", "-id") if order == "desc" else qs.order_by("created_at", "id")
-    rows = [row async for row in qs[: limit + 1]]
+    rows = list(qs[: limit + 1])
     return rows[:limit], len(rows) > limit
 
 
 def used_bytes(owner: str) -> int:
-    """The bytes the owner's files take now (sync: services call it in a thread)."""
+    """The bytes the owner's files take now."""
     return StoredFile.objects.filter(owner=owner).aggregate(total=Sum("bytes"))["total"] or 0
-
-
-async def aused_bytes(owner: str) -> int:
-    return (await StoredFile.objects.filter(owner=owner).aaggregate(total=Sum("bytes")))["total"] or 0

@@ -1,12 +1,15 @@
-"""Writes of uploaded files (sync: the door runs them in a thread).
+"""Writes of uploaded files.
 
-The bytes are stored before the row is written, and the row deleted before
-the bytes, so no row ever names missing bytes; a crash between the two can
-only leave unreferenced bytes behind.
+Queries run on the files DB thread (filestore.db), bytes move on threads of
+their own. The bytes are stored only once they fit their owner's room, and
+before the row is written; the row is deleted before the bytes. So no row
+ever names missing bytes, and a crash between the two steps can only leave
+unreferenced bytes behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 
@@ -16,6 +19,7 @@ from django.core.files.uploadedfile import UploadedFile
 
 from router.core.errors import FileQuotaExceeded, FileTooLarge
 
+from . import db
 from .models import StoredFile
 from .selectors import used_bytes
 
@@ -26,27 +30,29 @@ def file_storage() -> Storage:
     return storages[STORAGE]
 
 
-def check_room(*, owner: str, size: int, used: int) -> None:
+def check_room(owner: str, size: int) -> None:
     """413 for a file over the per-file limit, or one that takes its owner
     past the per-key total."""
     max_file = settings.ROUTER_FILES_MAX_BYTES
     if size > max_file:
         raise FileTooLarge(f"The file is larger than {max_file} bytes, the most this router accepts.", param="file")
     quota = settings.ROUTER_FILES_MAX_BYTES_PER_KEY
+    used = used_bytes(owner)
     if used + size > quota:
         raise FileQuotaExceeded(
             f"The file would take this API key's files to {used + size} bytes; the most is {quota}.", param="file"
         )
 
 
-def file_create(*, owner: str, owner_name: str, upload: UploadedFile, purpose: str) -> StoredFile:
+async def file_create(*, owner: str, owner_name: str, upload: UploadedFile, purpose: str) -> StoredFile:
     size = upload.size or 0
-    check_room(owner=owner, size=size, used=used_bytes(owner))
+    await db.run(check_room, owner, size)
     file_id = "file-" + secrets.token_hex(12)
     storage = file_storage()
-    name = storage.save(file_id, upload)
+    name = await asyncio.to_thread(storage.save, file_id, upload)
     try:
-        return StoredFile.objects.create(
+        return await db.run(
+            StoredFile.objects.create,
             id=file_id,
             owner=owner,
             owner_name=owner_name,
@@ -57,10 +63,10 @@ def file_create(*, owner: str, owner_name: str, upload: UploadedFile, purpose: s
             storage_name=name,
         )
     except BaseException:
-        storage.delete(name)
+        await asyncio.to_thread(storage.delete, name)
         raise
 
 
-def file_delete(row: StoredFile) -> None:
-    StoredFile.objects.filter(pk=row.pk).delete()
-    file_storage().delete(row.storage_name)
+async def file_delete(row: StoredFile) -> None:
+    await db.run(StoredFile.objects.filter(pk=row.pk).delete)
+    await asyncio.to_thread(file_storage().delete, row.storage_name)

@@ -63,8 +63,10 @@ async def spool(receive, limit: int) -> IO[bytes] | None:
         raise
 
 
-def parse(body: IO[bytes], content_type: str, length: int) -> tuple[dict[str, Any], UploadedFile]:
+def parse(body: IO[bytes], content_type: str) -> tuple[dict[str, Any], UploadedFile]:
     """(the form fields, the `file` part) of a spooled multipart body. Sync."""
+    length = body.seek(0, 2)
+    body.seek(0)
     if not content_type.startswith("multipart/form-data"):
         raise InvalidRequest("Send the file as multipart/form-data with the fields 'file' and 'purpose'.")
     meta = {"CONTENT_TYPE": content_type, "CONTENT_LENGTH": str(length)}

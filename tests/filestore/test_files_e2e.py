@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -184,3 +185,32 @@ def test_a_file_of_many_slices_round_trips(router_factory):
     made = upload(client, data, name="big.bin")
     assert made.bytes == len(data)
     assert client.files.content(made.id).read() == data
+
+
+def test_an_upload_has_the_files_body_deadline_not_the_chat_one(router_factory):
+    """An upload that pauses past ROUTER_BODY_TIMEOUT is still taken within
+    ROUTER_FILES_BODY_TIMEOUT; one that pauses past that is a 408."""
+    proc = router_factory(
+        "backends: []\nhealth: {enabled: false}\n",
+        env={"ROUTER_BODY_TIMEOUT": "1", "ROUTER_FILES_BODY_TIMEOUT": "4"},
+    )
+    boundary = "b0undary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="slow.txt"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+
+    def body(pause: float):
+        yield head + b"first "
+        time.sleep(pause)
+        yield b"second" + tail
+
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}", "authorization": "Bearer EMPTY"}
+    r = httpx.post(proc.url + "/v1/files", content=body(2.5), headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    assert sdk(proc, "EMPTY").files.content(r.json()["id"]).read() == b"first second"
+    r = httpx.post(proc.url + "/v1/files", content=body(6), headers=headers, timeout=30)
+    assert r.status_code == 408 and r.json()["error"]["code"] == "request_timeout"
+    assert "4 s" in r.json()["error"]["message"]
