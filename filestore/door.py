@@ -31,6 +31,7 @@ from router.core.errors import (
 from router.frontends.direct import declared_length, send_error
 
 from . import db, selectors, services, upload, wire
+from .owner import owner_of
 
 PREFIX = "/v1/files"
 SLICE = 1 << 20  # a download is sent in slices of this many bytes
@@ -63,9 +64,7 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
     if method not in allowed:
         raise MethodNotAllowed(f"{method} is not allowed on {scope['path']}.", headers={"Allow": ", ".join(allowed)})
     caller = await admit(Call(scope), await ready_snapshot())
-    if caller.pinned is not None:
-        raise NotFound("Files are not served on an application host.")
-    owner = caller.key.id if caller.key is not None else ""
+    owner = owner_of(caller)
     if method == "POST":
         await _create(scope, receive, send, owner, caller.key.name if caller.key is not None else "")
         return
