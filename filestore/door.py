@@ -13,6 +13,7 @@ owner's total) — before it is stored; downloads are sent in slices.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -27,6 +28,7 @@ from router.core.errors import (
     MethodNotAllowed,
     NotFound,
     RouterError,
+    TooManyUploads,
 )
 from router.frontends.direct import declared_length, send_error
 
@@ -36,17 +38,33 @@ from .owner import owner_of
 PREFIX = "/v1/files"
 SLICE = 1 << 20  # a download is sent in slices of this many bytes
 _JSON = b"application/json"
+log = logging.getLogger(__name__)
 
 
 def handles(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
+_uploads = 0  # uploads under way in this process (one event loop: no lock)
+
+
 async def serve(scope: dict[str, Any], receive, send) -> None:
+    started = False
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal started
+        started = True
+        await send(message)
+
     try:
-        await _serve(scope, receive, send)
+        await _serve(scope, receive, sending)
     except RouterError as exc:
-        await send_error(send, _closing(exc))
+        if not started:
+            await send_error(send, _closing(exc))
+    except Exception as exc:  # a bug or a storage failure: OpenAI's 500, never a traceback
+        log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
+        if not started:
+            await send_error(send, RouterError())
 
 
 def _closing(exc: RouterError) -> RouterError:
@@ -84,6 +102,19 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
 
 
 async def _create(scope: dict[str, Any], receive, send, owner: str, owner_name: str) -> None:
+    """One upload, while this process takes fewer than ROUTER_FILES_MAX_UPLOADS
+    (each may spool up to its room to disk): past them a 503 + Retry-After."""
+    global _uploads
+    if _uploads >= settings.ROUTER_FILES_MAX_UPLOADS:
+        raise TooManyUploads(headers={"Retry-After": "1", "connection": "close"})
+    _uploads += 1
+    try:
+        await _upload(scope, receive, send, owner, owner_name)
+    finally:
+        _uploads -= 1
+
+
+async def _upload(scope: dict[str, Any], receive, send, owner: str, owner_name: str) -> None:
     max_file = settings.ROUTER_FILES_MAX_BYTES
     left = settings.ROUTER_FILES_MAX_BYTES_PER_KEY - await db.run(selectors.used_bytes, owner)
     refusal = FileTooLarge if max_file <= left else FileQuotaExceeded

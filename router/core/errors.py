@@ -234,6 +234,13 @@ class NoBackendAvailable(RouterError):
     message = "No healthy backend is available for this model."
 
 
+class TooManyUploads(RouterError):
+    status = 503
+    type = "server_error"
+    code = "too_many_uploads"
+    message = "This router process is taking as many uploads as it may at once; retry shortly."
+
+
 class NotReady(RouterError):
     status = 503
     type = "server_error"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from tests.keys.e2e import create_key, sdk
-from tests.support.routerproc import RouterProc
+from tests.support.routerproc import RouterProc, wait_until
 
 MAX_FILE = 64 * 1024
 PER_KEY = 200 * 1024
@@ -214,3 +215,53 @@ def test_an_upload_has_the_files_body_deadline_not_the_chat_one(router_factory):
     r = httpx.post(proc.url + "/v1/files", content=body(6), headers=headers, timeout=30)
     assert r.status_code == 408 and r.json()["error"]["code"] == "request_timeout"
     assert "4 s" in r.json()["error"]["message"]
+
+
+def test_uploads_past_the_process_limit_are_503_until_one_ends(router_factory):
+    """With ROUTER_FILES_MAX_UPLOADS=1, a second upload while a slow one is
+    under way is a 503 too_many_uploads with Retry-After; once the slow one
+    ends, uploads are taken again."""
+    proc = router_factory("backends: []\nhealth: {enabled: false}\n", env={"ROUTER_FILES_MAX_UPLOADS": "1"})
+    boundary = "b0undary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="slow.txt"\r\n\r\n'
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    release, begun = threading.Event(), threading.Event()
+
+    def slow_body():
+        yield head + b"slow"
+        begun.set()  # httpx asks for more once the head and the first bytes are sent
+        release.wait(30)
+        yield tail
+
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}", "authorization": "Bearer EMPTY"}
+    result: list[httpx.Response] = []
+    slow = threading.Thread(
+        target=lambda: result.append(
+            httpx.post(proc.url + "/v1/files", content=slow_body(), headers=headers, timeout=60)
+        )
+    )
+    slow.start()
+    try:
+        assert begun.wait(30), "the slow upload never started"
+        refused = wait_until(
+            lambda: (
+                (
+                    r := httpx.post(proc.url + "/v1/files", content=head + b"quick" + tail, headers=headers, timeout=30)
+                ).status_code
+                == 503
+                and r
+            ),
+            20,
+            what="a second upload to be refused",
+        )
+        assert refused.json()["error"]["code"] == "too_many_uploads"
+        assert refused.headers["retry-after"] == "1"
+    finally:
+        release.set()
+        slow.join(60)
+    assert result[0].status_code == 200, result[0].text
+    r = httpx.post(proc.url + "/v1/files", content=head + b"after" + tail, headers=headers, timeout=30)
+    assert r.status_code == 200 and r.json()["bytes"] == 5

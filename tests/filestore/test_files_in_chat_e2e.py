@@ -84,7 +84,11 @@ def test_responses_input_file_and_image_reach_the_upstream_inline(stack):
         ],
     )
     sent = backend.requests[-1].json["input"][0]["content"]
-    assert sent[1] == {"type": "input_file", "filename": "notes.txt", "file_data": data_url("text/plain", b"hello file")}
+    assert sent[1] == {
+        "type": "input_file",
+        "filename": "notes.txt",
+        "file_data": data_url("text/plain", b"hello file"),
+    }
     assert sent[2] == {"type": "input_image", "detail": "low", "image_url": data_url("image/png", PNG)}
 
 
