@@ -265,3 +265,30 @@ def test_uploads_past_the_process_limit_are_503_until_one_ends(router_factory):
     assert result[0].status_code == 200, result[0].text
     r = httpx.post(proc.url + "/v1/files", content=head + b"after" + tail, headers=headers, timeout=30)
     assert r.status_code == 200 and r.json()["bytes"] == 5
+
+
+def test_a_chunked_body_past_the_room_is_refused_as_it_arrives(router):
+    """No Content-Length to judge by: the bytes are counted as they come and
+    the upload is refused once they pass the file's room; nothing is stored."""
+    key = create_key(router)
+    boundary = "b0undary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n\r\n'
+    ).encode()
+
+    sent = []
+
+    def body():
+        yield head
+        for _ in range(400):  # 25 MiB: far more than the socket buffers between us hold
+            yield b"q" * MAX_FILE
+            sent.append(1)
+            time.sleep(0.005)
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}", "authorization": f"Bearer {key}"}
+    r = httpx.post(router.url + "/v1/files", content=body(), headers=headers, timeout=30)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "file_too_large"
+    assert len(sent) < 400  # refused while the body was still coming, the rest never read
+    assert list(sdk(router, key).files.list()) == []
