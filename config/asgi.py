@@ -4,6 +4,9 @@
   `/v1/completions`, `/v1/embeddings`, `/v1/responses`) is served straight on
   ASGI (router/frontends/direct.py): the same door, no Django request or
   response.
+- `/v1/files*` (the Files API, docs/files.md) is served by its own ASGI door
+  (filestore/door.py): it may use the DB and storage, takes no admission
+  slot, and its body has ROUTER_FILES_BODY_TIMEOUT to arrive.
 - The rest of `/v1/*` and the probe endpoints go to a lean Django handler
   (config.lean): same URLconf and views, no middleware or thread hops.
 - Everything else (dashboard, admin, /status) goes through full Django.
@@ -26,10 +29,12 @@
 """
 
 import asyncio
+import dataclasses
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 django_app = get_asgi_application()
@@ -39,6 +44,7 @@ from config.deadlines import BODY, Guard  # noqa: E402
 from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
+from filestore import door as files_door  # noqa: E402
 from router.admission import precheck  # noqa: E402
 from router.core.errors import ShuttingDown  # noqa: E402
 from router.frontends import direct  # noqa: E402
@@ -110,10 +116,15 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
     if refusal is not None:
         await direct.send_head_refusal(scope, send, refusal)
         return
+    files = files_door.handles(path)
+    if files and lim.body_timeout_s:  # an upload may take longer than a chat body to arrive (docs/files.md)
+        lim = dataclasses.replace(lim, body_timeout_s=max(lim.body_timeout_s, settings.ROUTER_FILES_BODY_TIMEOUT))
     guard = Guard(scope, receive, send, body_s=lim.body_timeout_s, send_s=lim.send_timeout_s)
     try:
         endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
-        if endpoint is not None:
+        if files:
+            await files_door.serve(scope, guard.receive, guard.send)
+        elif endpoint is not None:
             raw = await direct.read_request(scope, guard.receive, guard.send)
             if raw is None:  # refused (413) or gone
                 return

@@ -6,6 +6,7 @@ router YAML (routing); see docs/configuration.md. No routing state lives here.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "keys",
     "adminapi",
     "dashboard",
+    "filestore",
 ]
 # daphne's app only gives `manage.py runserver` its ASGI server; importing it
 # installs Twisted's reactor, ~0.2 s of every process's start (uvicorn, the
@@ -141,6 +143,21 @@ ROUTER_MAX_BODY_BYTES = int(os.environ.get("ROUTER_MAX_BODY_BYTES", str(32 * 102
 # /v1 bodies are capped by the YAML's server.max_body_bytes in config/lean.py
 # (before they are read); this is Django's own ceiling for every other path.
 DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
+# The Files API (/v1/files, docs/files.md): where uploads are kept (any Django
+# storage backend, by dotted path and JSON options), and their limits.
+ROUTER_FILES_MAX_BYTES = int(os.environ.get("ROUTER_FILES_MAX_BYTES", str(512 * 1024 * 1024)))
+ROUTER_FILES_MAX_BYTES_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_BYTES_PER_KEY", str(10 * 1024**3)))
+ROUTER_FILES_BODY_TIMEOUT = int(os.environ.get("ROUTER_FILES_BODY_TIMEOUT", "600"))
+ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))  # at once, per web process
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "router_files": {
+        "BACKEND": os.environ.get("ROUTER_FILES_STORAGE", "django.core.files.storage.FileSystemStorage"),
+        "OPTIONS": json.loads(os.environ.get("ROUTER_FILES_STORAGE_OPTIONS", "null"))
+        or {"location": str(VAR_DIR / "files")},
+    },
+}
 # Prefix of every Redis key/channel this node uses (change notices, health,
 # recent observations, rate limits, the Celery queue). By default it is per
 # deployment (one database = one deployment, config/namespace.py), so routers

@@ -15,7 +15,11 @@ which Django runs once per process after every app is loaded:
   (`appproxy`, `appproxy_router`) is validated by the app that owns it;
 - readiness checks (/readyz) and status sections (/status);
 - `manage.py doctor` checks (node/doctor.py): an app adds the checks of
-  what it owns (the coordinator, the wildcard domain) next to the core ones.
+  what it owns (the coordinator, the wildcard domain) next to the core ones;
+- body resolvers: an admitted OpenAI-door request whose raw body contains a
+  resolver's marker bytes is handed to it, and may come back rewritten
+  (`filestore`: the caller's file ids → inline data). A request without
+  the marker pays one bytes search, and nothing with no resolver registered.
 
 Invariants: registration happens during app loading only and is idempotent
 (the same name registered again replaces the entry, so a reloaded app never
@@ -33,6 +37,7 @@ from typing import Any, Protocol
 from .core.snapshot import Snapshot
 
 __all__ = [
+    "BodyResolver",
     "DoctorCheck",
     "GateFactory",
     "IngressRequest",
@@ -43,9 +48,11 @@ __all__ = [
     "SectionValidator",
     "SnapshotPart",
     "StatusSection",
+    "body_resolvers",
     "doctor_checks",
     "gate_factory",
     "readiness_checks",
+    "register_body_resolver",
     "register_doctor_check",
     "register_gate_factory",
     "register_readiness",
@@ -138,6 +145,19 @@ StatusSection = Callable[[Snapshot], Any]
 # results (node.doctor.Result). Never prints a secret's value.
 DoctorCheck = Callable[[Any], Iterable[Any]]
 
+
+
+class BodyResolver(Protocol):
+    """Rewrites an admitted request's parsed body before it is routed.
+
+    `caller` is the request's admission.Caller; returns the new body (a
+    fresh object: the given one is never changed) or None to keep it.
+    Raises a RouterError to refuse the request. May use the DB: only the
+    requests that carry its marker ever reach it."""
+
+    async def __call__(self, caller: Any, endpoint: str, body: dict[str, Any]) -> dict[str, Any] | None: ...
+
+
 _gate_factory: GateFactory | None = None
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +179,8 @@ _section_validators: dict[str, SectionValidator] = {}
 _readiness: dict[str, ReadinessCheck] = {}
 _status: dict[str, StatusSection] = {}
 _doctor: dict[str, DoctorCheck] = {}
+_body_resolvers: dict[str, tuple[bytes, BodyResolver]] = {}
+_body_resolver_list: tuple[tuple[bytes, BodyResolver], ...] = ()
 
 
 def register_gate_factory(factory: GateFactory) -> None:
@@ -225,3 +247,14 @@ def register_doctor_check(name: str, check: DoctorCheck) -> None:
 
 def doctor_checks() -> Mapping[str, DoctorCheck]:
     return _doctor
+
+
+def register_body_resolver(name: str, marker: bytes, resolve: BodyResolver) -> None:
+    """`resolve` sees only the request bodies in which `marker` occurs."""
+    global _body_resolver_list
+    _body_resolvers[name] = (marker, resolve)
+    _body_resolver_list = tuple(_body_resolvers.values())
+
+
+def body_resolvers() -> tuple[tuple[bytes, BodyResolver], ...]:
+    return _body_resolver_list

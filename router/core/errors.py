@@ -150,6 +150,11 @@ class ModelNotFound(NotFound):
     message = "The requested model does not exist."
 
 
+class FileNotFound(NotFound):
+    code = "file_not_found"
+    message = "No such file."
+
+
 class EndpointNotFound(NotFound):
     code = "endpoint_not_found"
     message = "No endpoint is registered for this host."
@@ -169,6 +174,16 @@ class RequestTooLarge(RouterError):
     type = "invalid_request_error"
     code = "request_too_large"
     message = "The request body is larger than the router accepts."
+
+
+class FileTooLarge(RequestTooLarge):
+    code = "file_too_large"
+    message = "The file is larger than the router accepts."
+
+
+class FileQuotaExceeded(RequestTooLarge):
+    code = "file_quota_exceeded"
+    message = "The file would take this API key past its total file storage."
 
 
 # 415
@@ -217,6 +232,13 @@ class NoBackendAvailable(RouterError):
     type = "server_error"
     code = "no_backend_available"
     message = "No healthy backend is available for this model."
+
+
+class TooManyUploads(RouterError):
+    status = 503
+    type = "server_error"
+    code = "too_many_uploads"
+    message = "This router process is taking as many uploads as it may at once; retry shortly."
 
 
 class NotReady(RouterError):

@@ -3,6 +3,8 @@
  1 parse the envelope (orjson; raw bytes kept)   → 400 / 413 / 415
  2 admit (router/admission.py)                   → 503, ingress 404/401/403, key 401/403/429
  3 model access                                  → 403 / 404 model_not_found
+   then the body resolvers (router/extensions.py) of a body carrying their
+   marker, e.g. file ids → inline data           → their 400 / 404 / 413
  4 route (router/pipeline.py)                    → the provider's answer, or 429/502/503/504
    (behind the response cache when it is on: router/respcache/)
  5 render: the upstream's OpenAI bytes as they come (streams chunk by chunk)
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
@@ -22,6 +25,7 @@ from .. import tracing
 from ..admission import Request, admit, headers_of, ready_snapshot
 from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
+from ..extensions import body_resolvers
 from ..pipeline import Routed, refused, route
 from ..request import Envelope, check_content_type, parse_body
 from ..respcache import door as respcache
@@ -62,6 +66,13 @@ async def routed_or_refusal(
         caller = await admit(call, snap, headers=headers, body=parsed, obs=obs)
         target = caller.pinned or model
         caller.check_model(target)
+        for marker, resolve in body_resolvers():
+            if marker in raw and (resolved := await resolve(caller, endpoint, parsed)) is not None:
+                parsed, raw = resolved, orjson.dumps(resolved)
+                if len(raw) > snap.max_body_bytes:
+                    raise RequestTooLarge(
+                        f"The request with its files inlined is {len(raw)} bytes; the limit is {snap.max_body_bytes}."
+                    )
         env = Envelope(
             endpoint=endpoint, raw=raw, body=parsed, model=model, stream=stream, headers=headers,
             client_ip=caller.client_ip, host=caller.host, request_id=caller.request_id,

@@ -1,0 +1,23 @@
+"""Uploaded files in the admin: read-only (clients own them, through /v1/files)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from .models import StoredFile
+
+
+@admin.register(StoredFile)
+class StoredFileAdmin(admin.ModelAdmin):
+    list_display = ("id", "filename", "purpose", "bytes", "owner_name", "owner", "created_at")
+    list_filter = ("purpose",)
+    search_fields = ("id", "filename", "owner", "owner_name")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
