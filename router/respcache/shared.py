@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 0.2  # a Redis call slower than this counts as an outage
 RETRY_AFTER_S = 2.0  # after a failure, Redis is not asked again for this long
 MAX_WRITES = 64  # background writes in flight per process
-COUNT_SCANS = 20  # SCAN calls (of COUNT_BATCH keys looked at) a count may take
+COUNT_BUDGET_S = 0.25  # the longest a count may walk the database
 COUNT_BATCH = 1000
 
 
@@ -139,19 +139,23 @@ def _pattern(model: str | None) -> str:
     return _GLOB.sub(r"\\\1", prefix()) + (f"{model_tag(model)}:*" if model is not None else "*")
 
 
-def count(client=None, *, scans: int = COUNT_SCANS) -> tuple[int, bool]:
+def count(client=None, *, scans: int | None = None, budget_s: float = COUNT_BUDGET_S) -> tuple[int, bool]:
     """(shared entries found, whether that is all of them). SCAN walks the
     whole Redis database, other deployments' keys included, so the walk is
-    bounded: at most `scans` calls looking at COUNT_BATCH keys each; past
-    that the number is a lower bound (False). Sync (an admin call's)."""
+    bounded: for at most `budget_s` (a quarter second looks at ~100,000s of
+    keys) and, when given, `scans` calls of COUNT_BATCH keys each; past that
+    the number is a lower bound (False). Sync (an admin call's)."""
     client = client or sync_client()
-    cursor, found = 0, 0
-    for _ in range(scans):
+    cursor, found, calls = 0, 0, 0
+    deadline = time.monotonic() + budget_s
+    while True:
         cursor, keys = client.scan(cursor, match=_pattern(None), count=COUNT_BATCH)
         found += len(keys)
+        calls += 1
         if cursor == 0:
             return found, True
-    return found, False
+        if (scans is not None and calls >= scans) or time.monotonic() >= deadline:
+            return found, False
 
 
 def purge(model: str | None = None, client=None) -> int:
