@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 
 import httpx
 import orjson
@@ -50,6 +51,19 @@ def health_key() -> str:
 def load_key() -> str:
     """The channel of the backends' own load reports (node.tasks)."""
     return settings.ROUTER_REDIS_PREFIX + "load"
+
+
+# More channels the web process's one pub/sub connection listens to: channel
+# name (a function of the deployment's prefix) → what a message does. Each
+# registers at import, before the runtime subscribes (router.respcache).
+_CHANNELS: dict[Callable[[], str], Callable[[bytes | None], None]] = {}
+
+
+def on_channel(name: Callable[[], str], handler: Callable[[bytes | None], None]) -> None:
+    """Have `handler` run (on the event loop, so quickly) for every message
+    published on the channel `name()`, over the runtime's own subscription:
+    no connection of its own, resubscribed with the rest after an outage."""
+    _CHANNELS[name] = handler
 
 
 # The snapshot's reads (reloads, revision polls, the start's config sync) on
@@ -296,7 +310,8 @@ class Runtime:
             pubsub = None
             try:
                 pubsub = async_client().pubsub(ignore_subscribe_messages=True)
-                await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key(), load_key())
+                more = {name().encode(): handler for name, handler in _CHANNELS.items()}
+                await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key(), load_key(), *more)
                 delay = 0.2
                 recovered = self.redis_down_since is not None
                 self._redis_up()
@@ -313,6 +328,10 @@ class Runtime:
                         continue
                     if channel == load_key().encode():
                         self._apply_load(message.get("data"))
+                        continue
+                    handler = more.get(channel)
+                    if handler is not None:
+                        handler(message.get("data"))
                         continue
                     try:
                         revision = int(message["data"])

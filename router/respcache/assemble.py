@@ -73,7 +73,10 @@ def _object(data: bytes) -> dict | None:
 _HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")
 
 
-class ChatAssembler(_Assembler):
+class _ChunksAssembler(_Assembler):
+    """Chat and completions chunks: the head fields and usage of every chunk,
+    the choices left to each."""
+
     __slots__ = ("_choices", "_head", "_usage")
 
     def __init__(self, limit: int) -> None:
@@ -82,7 +85,9 @@ class ChatAssembler(_Assembler):
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: Any = None
 
-    def _event(self, data: bytes) -> bool:
+    def _chunk(self, data: bytes) -> dict | bool:
+        """The chunk object, its head and usage taken; True for `[DONE]`,
+        False for what cannot be stored (an error, not an object)."""
         if data.strip() == DONE:
             return True
         obj = _object(data)
@@ -94,6 +99,20 @@ class ChatAssembler(_Assembler):
                 head[name] = obj[name]
         if isinstance(obj.get("usage"), dict):
             self._usage = obj["usage"]
+        return obj
+
+    @property
+    def usage(self) -> bool:
+        return self._usage is not None
+
+
+class ChatAssembler(_ChunksAssembler):
+    __slots__ = ()
+
+    def _event(self, data: bytes) -> bool:
+        obj = self._chunk(data)
+        if not isinstance(obj, dict):
+            return obj
         for choice in obj.get("choices") or ():
             index = choice.get("index", 0)
             state = self._choices.get(index)
@@ -166,31 +185,14 @@ class ChatAssembler(_Assembler):
                 obj[name] = self._head[name]
         return orjson.dumps(obj)
 
-    @property
-    def usage(self) -> bool:
-        return self._usage is not None
 
-
-class CompletionAssembler(_Assembler):
-    __slots__ = ("_choices", "_head", "_usage")
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(limit)
-        self._head: dict[str, Any] = {}
-        self._choices: dict[int, dict[str, Any]] = {}
-        self._usage: Any = None
+class CompletionAssembler(_ChunksAssembler):
+    __slots__ = ()
 
     def _event(self, data: bytes) -> bool:
-        if data.strip() == DONE:
-            return True
-        obj = _object(data)
-        if obj is None:
-            return False
-        for name in _HEAD:
-            if name not in self._head and obj.get(name) is not None:
-                self._head[name] = obj[name]
-        if isinstance(obj.get("usage"), dict):
-            self._usage = obj["usage"]
+        obj = self._chunk(data)
+        if not isinstance(obj, dict):
+            return obj
         for choice in obj.get("choices") or ():
             state = self._choices.setdefault(choice.get("index", 0), {"text": [], "logprobs": None, "finish": None})
             text = choice.get("text")
@@ -220,10 +222,6 @@ class CompletionAssembler(_Assembler):
         if "system_fingerprint" in self._head:
             obj["system_fingerprint"] = self._head["system_fingerprint"]
         return orjson.dumps(obj)
-
-    @property
-    def usage(self) -> bool:
-        return self._usage is not None
 
 
 _FINAL = ("response.completed", "response.incomplete")

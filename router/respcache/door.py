@@ -25,7 +25,6 @@ in force.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -38,9 +37,8 @@ from ..admission import Caller
 from ..core.snapshot import ResponseCachePolicy
 from ..pipeline import Routed, route
 from ..providers.base import WIRE_OPENAI, Exchange, Provider
-from ..redis import async_client
 from ..request import Envelope
-from ..runtime import get_runtime
+from ..runtime import get_runtime, on_channel
 from . import replay, shared
 from .assemble import Assembler, assembler
 from .key import ENDPOINTS, NO_CACHE, NO_STORE, deterministic, digest, directive
@@ -49,7 +47,6 @@ from .memory import Entry, MemoryTier
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 
 MEMORY = MemoryTier(0)
-_listener: asyncio.Task | None = None
 
 
 async def answer(
@@ -59,8 +56,6 @@ async def answer(
     """The answer of one admitted request, from the cache or routed (module doc).
     `endpoint` / `body`: what names the entry when not the envelope's own (the
     Anthropic door: "messages" and its client's body)."""
-    if _listener is None:
-        _listen()
     endpoint = endpoint or env.endpoint
     body = env.body if body is None else body
     verdict = directive(env.headers.get("cache-control"))
@@ -221,41 +216,16 @@ async def _tee(source: AsyncIterator[bytes], asm: Assembler) -> AsyncIterator[by
             yield chunk
 
 
-def _listen() -> None:
-    """Start this process's purge listener (once, with the first cached request)."""
-    global _listener
-    _listener = asyncio.get_running_loop().create_task(_purges(), name="router-respcache-purges")
-
-
-async def _purges() -> None:
-    """Apply every purge published on `shared.purge_channel()`; reconnects
-    after a Redis outage (a purge published during one reaches only Redis:
-    this process's entries then live out their ttl)."""
-    delay = 0.2
-    while True:
-        pubsub = None
-        try:
-            pubsub = async_client().pubsub(ignore_subscribe_messages=True)
-            await pubsub.subscribe(shared.purge_channel())
-            delay = 0.2
-            async for message in pubsub.listen():
-                purged(message.get("data"))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        finally:
-            if pubsub is not None:
-                try:
-                    await pubsub.aclose()
-                except Exception:
-                    pass
-
-
 def purged(data: bytes | str | None) -> None:
     """A purge published by `shared.purge` (another process's command): drop
     this process's entries of the model it names ("" for every model)."""
     model = data.decode("utf-8", "replace") if isinstance(data, bytes) else (data or "")
     MEMORY.purge(model or None)
     observe.CACHE_MEMORY_BYTES.set(MEMORY.bytes)
+
+
+# Every web process drops what a purge names, over the runtime's own
+# subscription (no connection of its own; resubscribed after an outage; a
+# purge published during one reaches only Redis, and this process's entries
+# live out their ttl).
+on_channel(shared.purge_channel, purged)
