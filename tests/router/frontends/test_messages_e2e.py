@@ -411,7 +411,11 @@ def test_stream_is_not_buffered_and_disconnect_cancels_upstream(stack):
     ):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         raw = b""
-        for data in r.iter_bytes():
+        # Held: a generator left by `break` and dropped is closed at once, and
+        # with it the response, which would cancel the upstream before the
+        # check below (a race a loaded machine lost).
+        chunks = r.iter_bytes()
+        for data in chunks:
             raw += data
             if b"content_block_delta" in raw:
                 break
