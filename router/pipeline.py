@@ -43,7 +43,7 @@ from .core.health import BackendState
 from .core.kvindex import chain as block_chain
 from .core.selection import CACHE_AWARE, KEYED, Candidate, all_at_capacity, prefix_key, prompt_text
 from .providers import provider_for
-from .providers.base import Exchange, Provider, UpstreamFailed
+from .providers.base import Exchange, Renders, UpstreamFailed
 from .request import Envelope
 from .runtime import Runtime, get_runtime
 
@@ -67,7 +67,7 @@ class Routed:
     def __init__(
         self,
         rt: Runtime,
-        provider: Provider | None,
+        provider: Renders | None,
         exchange: Exchange,
         env: Envelope,
         obs: dict[str, Any],

@@ -84,13 +84,9 @@ class Exchange:
     upstream: bool = True
 
 
-class Provider(Protocol):
-    kinds: frozenset[str]  # the `kind:` values this provider serves
-    path: str  # the execution path: "passthrough" | "normalized"
-
-    async def start(self, rt: Upstreams, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
-        """Send to `spec`; read the whole body (non-stream) or the first chunk."""
-        ...
+class Renders(Protocol):
+    """What renders an exchange for its client: a provider, or a stand-in that
+    answers without one (router.respcache's hit and storing miss)."""
 
     def finish(self, exchange: Exchange, env: Envelope) -> tuple[bytes, dict]:
         """A non-streaming answer: (the client's body in OpenAI's shape, observation info)."""
@@ -104,6 +100,15 @@ class Provider(Protocol):
         ended, False failed mid-stream, None the consumer left). A failure
         ends an event stream with an error event, anything else with
         `AnswerCut`."""
+        ...
+
+
+class Provider(Renders, Protocol):
+    kinds: frozenset[str]  # the `kind:` values this provider serves
+    path: str  # the execution path: "passthrough" | "normalized"
+
+    async def start(self, rt: Upstreams, spec: BackendSpec, env: Envelope, model: str) -> Exchange:
+        """Send to `spec`; read the whole body (non-stream) or the first chunk."""
         ...
 
     def probe_url(self, spec: BackendSpec, path: str) -> str | None:

@@ -73,6 +73,18 @@ def _object(data: bytes) -> dict | None:
 _HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")
 
 
+def _merge_tail(state: dict[str, Any], choice: dict[str, Any]) -> None:
+    """A chunk's choice: its logprobs lists appended, its finish reason kept."""
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict):
+        merged = state["logprobs"] = state["logprobs"] or {}
+        for name, items in logprobs.items():
+            if isinstance(items, list):
+                merged.setdefault(name, []).extend(items)
+    if isinstance(choice.get("finish_reason"), str):
+        state["finish"] = choice["finish_reason"]
+
+
 class _ChunksAssembler(_Assembler):
     """Chat and completions chunks: the head fields and usage of every chunk,
     the choices left to each."""
@@ -120,14 +132,7 @@ class ChatAssembler(_ChunksAssembler):
                 state = self._choices[index] = {"role": "assistant", "text": {}, "calls": {}, "other": {},
                                                 "logprobs": None, "finish": None}
             self._delta(state, choice.get("delta") or {})
-            logprobs = choice.get("logprobs")
-            if isinstance(logprobs, dict):
-                merged = state["logprobs"] = state["logprobs"] or {}
-                for name, items in logprobs.items():
-                    if isinstance(items, list):
-                        merged.setdefault(name, []).extend(items)
-            if isinstance(choice.get("finish_reason"), str):
-                state["finish"] = choice["finish_reason"]
+            _merge_tail(state, choice)
         return True
 
     def _delta(self, state: dict[str, Any], delta: dict[str, Any]) -> None:
@@ -199,14 +204,7 @@ class CompletionAssembler(_ChunksAssembler):
             if isinstance(text, str):
                 state["text"].append(text)
                 self.size += len(text)
-            logprobs = choice.get("logprobs")
-            if isinstance(logprobs, dict):
-                merged = state["logprobs"] = state["logprobs"] or {}
-                for name, items in logprobs.items():
-                    if isinstance(items, list):
-                        merged.setdefault(name, []).extend(items)
-            if isinstance(choice.get("finish_reason"), str):
-                state["finish"] = choice["finish_reason"]
+            _merge_tail(state, choice)
         return True
 
     def _result(self) -> bytes | None:

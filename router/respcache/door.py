@@ -36,7 +36,7 @@ from .. import observe, tracing
 from ..admission import Caller
 from ..core.snapshot import ResponseCachePolicy
 from ..pipeline import Routed, route
-from ..providers.base import WIRE_OPENAI, Exchange, Provider
+from ..providers.base import WIRE_OPENAI, Exchange, Renders
 from ..request import Envelope
 from ..runtime import get_runtime, on_channel
 from . import replay, shared
@@ -136,9 +136,6 @@ async def _once(frames: bytes) -> AsyncIterator[bytes]:
 class _Cached:
     """The provider of an answer from the cache: the exchange says it all."""
 
-    kinds: frozenset[str] = frozenset()
-    path = "cache"
-
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
         return ex.body, {}
 
@@ -179,13 +176,11 @@ class _Store:
 class _Storing:
     """A miss's provider, with what it answers stored on the way out."""
 
-    __slots__ = ("inner", "kinds", "path", "store")
+    __slots__ = ("inner", "store")
 
-    def __init__(self, inner: Provider, store: _Store) -> None:
+    def __init__(self, inner: Renders, store: _Store) -> None:
         self.inner = inner
         self.store = store
-        self.kinds = inner.kinds
-        self.path = inner.path
 
     def finish(self, ex: Exchange, env: Envelope) -> tuple[bytes, dict]:
         body, info = self.inner.finish(ex, env)

@@ -110,7 +110,7 @@ async def get(model: str, name: bytes, ttl_s: float) -> Entry | None:
         HEALTH.failed(exc)
         raise Unavailable() from exc
     HEALTH.ok()
-    return decode(raw, model, ttl_s) if raw else None
+    return decode(raw if isinstance(raw, bytes) else raw.encode(), model, ttl_s) if raw else None
 
 
 def put_later(name: bytes, entry: Entry, ttl_s: float) -> None:

@@ -14,6 +14,7 @@ import pytest
 from node import timeseries as reader
 from router import observe, timeseries
 from router.redis import sync_client
+from tests.node.test_timeseries import write
 from tests.router.test_timeseries import drain_through, obs
 from tests.support.redisns import isolated_prefix
 
@@ -22,12 +23,6 @@ from tests.support.redisns import isolated_prefix
 def prefix(settings):
     observe.drain()  # observations other tests left in this process's queue
     yield from isolated_prefix(settings, "tscache")
-
-
-def write(observations: list[dict]) -> None:
-    pipe = sync_client().pipeline(transaction=False)
-    timeseries.add(pipe, timeseries.aggregate(observations))
-    pipe.execute()
 
 
 def hit(label: str, nbytes: int, ts: float) -> dict:
