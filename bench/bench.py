@@ -239,6 +239,9 @@ async def main() -> None:
     ap.add_argument("--response-cache", choices=["off", "memory", "redis"], default="off",
                     help="response_cache on; rows: a proxied request (not cacheable: bypass), a miss (distinct "
                          "temperature-0 bodies) and a hit, from memory or (max_bytes: 0) from Redis")
+    ap.add_argument("--limits", choices=["off", "node", "cluster"], default="off",
+                    help="a global rate limit and a backend quota too high to refuse anything, their buckets "
+                         "in each process (node) or in Redis (cluster): what taking them costs")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--log-level", default="INFO", help="router ROUTER_LOG_LEVEL (INFO logs one line per request)")
     args = ap.parse_args()
@@ -248,13 +251,15 @@ async def main() -> None:
     cfg = tmp / "bench.yaml"
     rows = "".join(
         f"  - name: bench-{chr(97 + i) if args.replicas == 1 else i}\n    url: http://127.0.0.1:{backend_port}\n"
-        "    models: [bench]\n"
+        "    models: [bench]\n" + ("    quota: {rps: 1000000, tpm: 1000000000}\n" if args.limits != "off" else "")
         for i in range(args.replicas)
     )
     cfg.write_text(
         f"selection_strategy: {args.strategy}\nbackends:\n{rows}"
         f"api_keys:\n  mode: {'blocking' if args.api_key else 'open'}\n"
         "health:\n  enabled: false\n"
+        + ("" if args.limits == "off" else
+           f"rate_limits:\n  scope: {args.limits}\n  global: {{rps: 1000000}}\n  per_ip: {{rps: 1000000}}\n")
         + ("" if args.response_cache == "off" else
            "response_cache:\n  enabled: true\n" + ("  max_bytes: 0\n" if args.response_cache == "redis" else ""))
     )
@@ -333,7 +338,7 @@ async def main() -> None:
         stop(backend)
     print(f"server={args.server} api_key={args.api_key} log_level={args.log_level} strategy={args.strategy} "
           f"replicas={args.replicas} system_chars={args.system_chars} "
-          f"response_cache={args.response_cache} (router pinned to cpu0; backend+load on cpu1)")
+          f"response_cache={args.response_cache} limits={args.limits} (router pinned to cpu0; backend+load on cpu1)")
     print(f"{'scenario':<11}{'conc':>5}{'router rps':>12}{'direct rps':>12}{'cpu ms/req':>12}{'added p50':>11}{'added 1st':>11}{'errors':>8}")
     for r in rows:
         def f(v):

@@ -145,6 +145,8 @@ def _backend_row(spec, state, now: float) -> dict:
         "reported_load": state.reported_load(now),
         "kv_usage": state.kv_usage if state.reported_until > now else None,
         "prompt_cache_hit_ratio": state.cache_hit_ratio,
+        # Seconds this process skips it for: its upstream quota had no room.
+        "quota_limited_s": round(state.limited_until - now, 3) if state.limited_until > now else None,
     }
 
 

@@ -31,9 +31,11 @@ from typing import Any, TypeAlias
 from django.http import HttpRequest
 
 from . import observe
+from .core.buckets import ClientLimits
 from .core.clientip import client_ip as resolve_client_ip
-from .core.errors import ModelNotFound, NotReady, PathSelectorRejected, RouterError
+from .core.errors import ModelNotFound, NotReady, PathSelectorRejected, RateLimited, RouterError
 from .core.snapshot import Snapshot
+from .quotas import retry_after
 from .request import path_selector
 from .runtime import get_runtime
 
@@ -77,6 +79,27 @@ def _redraw_id_prefix() -> None:
 
 
 os.register_at_fork(after_in_child=_redraw_id_prefix)
+
+
+async def _within_limits(limits: ClientLimits, caller: Caller, obs: dict[str, Any] | None) -> None:
+    """rate_limits: the router-wide bucket and, for a request without a key
+    (open mode), its client address's; the bypass list skips both."""
+    key = caller.key
+    if limits.bypassed(caller.client_ip, key and key.name, key and key.id):
+        return
+    named = limits.items(caller.client_ip, anonymous=key is None and caller.pinned is None)
+    if not named:
+        return
+    wait, worst = await get_runtime().quotas.take([item for item, _ in named], time.time())
+    if not wait:
+        return
+    which = named[worst][1]
+    if obs is not None:
+        obs["rate_limited"] = which
+    whose = "this client address's" if which == "per_ip" else "the router's"
+    seconds = retry_after(wait)
+    raise RateLimited(f"Rate limit reached ({whose} limit); retry in {seconds} s.",
+                      headers={"Retry-After": seconds})
 
 
 def new_request_id() -> str:
@@ -241,6 +264,9 @@ async def admit(
                 raise
             if caller.key is not None and obs is not None:
                 note_key(obs, caller.key)
+    limits = snap.rate_limits
+    if limits is not None:
+        await _within_limits(limits, caller, obs)
     if obs is not None:
         # Admitted: only now may the model become a metric label, and only a
         # name this snapshot publishes (anything else is one `other` bucket).

@@ -81,6 +81,23 @@ class CliConfig(_Strict):
 _NOT_FOR_COMMANDS = frozenset({"api_key", "headers", "connect_timeout", "read_timeout", "discover_models"})
 
 
+class QuotaConfig(_Strict):
+    """A backend's upstream quota (a cloud provider's limits): at its limit
+    it is skipped like a full backend."""
+
+    rps: float | None = Field(default=None, gt=0, description="requests a second, sustained")
+    burst: float | None = Field(default=None, ge=1, description="requests at once (default: rps, at least 1)")
+    tpm: int | None = Field(default=None, ge=1, description="tokens a minute, prompt and completion")
+
+    @model_validator(mode="after")
+    def _some(self) -> QuotaConfig:
+        if self.rps is None and self.tpm is None:
+            raise ValueError("set rps, tpm or both (or leave quota out)")
+        if self.burst is not None and self.rps is None:
+            raise ValueError("burst: only with rps (a tpm quota's burst is a minute's tokens)")
+        return self
+
+
 class BackendConfig(_Strict):
     name: str = Field(min_length=1, max_length=200)
     kind: str = "openai_compat"  # before url: the url's rule depends on it
@@ -102,6 +119,7 @@ class BackendConfig(_Strict):
     # OpenAI-compatible kinds only: /v1/responses passed through, bridged
     # through chat, or passed through until a 404/405 says it is not served.
     responses: Literal["native", "bridge", "auto"] = "auto"
+    quota: QuotaConfig | None = None
 
     @field_validator("url")
     @classmethod
@@ -204,6 +222,32 @@ class FallbackConfig(_Strict):
 class ApiKeysConfig(_Strict):
     mode: Literal["open", "blocking"] = "open"
     rate_limit_scope: Literal["node", "cluster"] = "node"
+
+
+class RateConfig(_Strict):
+    rps: float = Field(gt=0, description="requests a second, sustained")
+    burst: float | None = Field(default=None, ge=1, description="requests at once (default: rps, at least 1)")
+
+
+class BypassConfig(_Strict):
+    cidrs: list[str] = Field(default_factory=list, description="client networks no limit here applies to")
+    keys: list[str] = Field(default_factory=list, description="API key names (or ids) no limit here applies to")
+
+    @field_validator("cidrs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        parse_networks(v)  # raises ValueError naming the bad entry
+        return v
+
+
+class RateLimitsConfig(_Strict):
+    """The router's own limits besides each key's: router-wide and per
+    client address (requests without a key, open mode)."""
+
+    scope: Literal["cluster", "node"] = "cluster"
+    global_: RateConfig | None = Field(default=None, alias="global")
+    per_ip: RateConfig | None = None
+    bypass: BypassConfig = Field(default_factory=BypassConfig)
 
 
 class QueueConfig(_Strict):
@@ -402,6 +446,7 @@ class RouterFile(_Strict):
     fallback: FallbackConfig = Field(default_factory=FallbackConfig)
     api_keys: ApiKeysConfig = Field(default_factory=ApiKeysConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     global_prompts: GlobalPromptsConfig = Field(default_factory=GlobalPromptsConfig)
     cors: CorsConfig = Field(default_factory=CorsConfig)

@@ -93,6 +93,12 @@ CACHED_TOKENS = Counter(
 RETRIES = Counter("router_retries_total", "Attempts beyond the first", ["model"])
 FALLBACKS = Counter("router_fallbacks_total", "Requests answered through a fallback chain", ["model"])
 QUEUE = Counter("router_queue_decisions_total", "Capacity queue decisions", ["decision"])
+RATE_LIMITED = Counter(
+    "router_rate_limited_total",
+    "Requests refused 429 by the router's own limits: global, per_ip (rate_limits) or upstream_quota"
+    " (every backend of the model at its quota)",
+    ["limit"],
+)
 PREFIX = Counter(
     "router_prefix_decisions_total",
     "prefix_hash and cache_aware picks: the replica holding the prompt (cached), the key's own backend"
@@ -277,6 +283,9 @@ def _emit(obs: dict) -> None:
         _child(QUEUE, obs["queue"]).inc()
     if obs.get("prefix"):
         _child(PREFIX, obs["prefix"]).inc()
+    limited = obs.get("rate_limited")
+    if limited is not None:
+        _child(RATE_LIMITED, limited).inc()
     cache = obs.get("cache")
     if cache is not None:
         _child(CACHE, model, cache).inc()

@@ -32,11 +32,13 @@ from typing import Any
 
 from . import global_prompts, observe, tracing
 from .admission import Caller
+from .core.buckets import Quota, request_items, token_item
 from .core.errors import (
     CapacityExhausted,
     NoBackendAvailable,
     RouterError,
     UpstreamError,
+    UpstreamQuotaExhausted,
     UpstreamTimeout,
 )
 from .core.health import BackendState
@@ -44,6 +46,7 @@ from .core.kvindex import chain as block_chain
 from .core.selection import CACHE_AWARE, KEYED, Candidate, all_at_capacity, prefix_key, prompt_text
 from .providers import provider_for
 from .providers.base import Exchange, Renders, UpstreamFailed
+from .quotas import retry_after
 from .request import Envelope
 from .runtime import Runtime, get_runtime
 
@@ -162,6 +165,9 @@ class Routed:
         obs = self.obs
         obs["latency_ms"] = (time.perf_counter() - self._started) * 1000.0
         usage = obs["usage"] = info.get("usage")
+        quota = self.exchange.spec.quota
+        if quota is not None and quota.tpm is not None and self.exchange.upstream:
+            self._charge(quota, usage)
         if ok:
             cached = observe.cached_tokens(usage)
             if cached is not None and isinstance(usage, dict):
@@ -178,6 +184,19 @@ class Routed:
             if trace is not None:
                 trace.end(obs)
 
+
+    def _charge(self, quota: Quota, usage: object) -> None:
+        """The backend's tokens-per-minute bucket pays the answer's tokens
+        (prompt and completion, as its usage says; none said, none paid)."""
+        if not isinstance(usage, dict):
+            return
+        tokens = usage.get("total_tokens")
+        if not isinstance(tokens, int):
+            tokens = sum(v for k in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+                         if isinstance(v := usage.get(k), int))
+        item = token_item(self.exchange.spec.name, quota, tokens)
+        if item is not None:
+            self._rt.quotas.charge(item, time.time())
 
     def _cached(self, cached: int, usage: dict, obs: dict[str, Any]) -> None:
         """The backend said how much of the prompt its cache served: counted
@@ -234,6 +253,7 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
     hops: list[str] = []
     last: Exchange | None = None
     last_failure: UpstreamFailed | None = None
+    quota_wait = 0.0  # every candidate left was at its upstream quota: seconds until one has room
     obs.setdefault("queue", "direct")
     trace: tracing.RequestTrace | None = env.notes.get("trace") if tracing.ENABLED else None
     for depth, target in enumerate(chain):
@@ -250,6 +270,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                 trace.selected(target, depth, picking, cand.spec.name if cand is not None else None,
                                len(rt.candidates(snap, target, scope)), obs.get("queue"))
             if cand is None:
+                if wait := _quota_wait(rt, snap, target, scope):
+                    quota_wait = min(quota_wait or wait, wait)
                 break
             spec, state = cand.spec, cand.state
             tried.add(spec.name)
@@ -340,6 +362,12 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
         if last_failure.timeout:
             raise UpstreamTimeout(f"No backend for '{model}' answered in time.")
         raise UpstreamError(f"Every backend tried for '{model}' failed ({last_failure.reason}).")
+    if quota_wait:
+        obs["rate_limited"] = "upstream_quota"
+        raise UpstreamQuotaExhausted(
+            f"Every backend of '{model}' is at its upstream quota; retry in {retry_after(quota_wait)} s.",
+            headers={"Retry-After": retry_after(quota_wait)},
+        )
     raise NoBackendAvailable(f"No healthy backend is available for '{model}'.")
 
 
@@ -371,6 +399,29 @@ def _started(picked: Candidate, rt: Runtime, blocks: tuple[int, ...], obs: dict[
                 observe.INDEX_ENTRIES.set(len(index))
 
 
+async def _within_quota(rt: Runtime, picked: Candidate) -> bool:
+    """The picked backend's upstream quota has room for one more request
+    (router/quotas.py); if not, it gives its slot back and is skipped by
+    selection, here, until its bucket would have room."""
+    spec, state = picked.spec, picked.state
+    assert spec.quota is not None
+    wait, _ = await rt.quotas.take(request_items(spec.name, spec.quota), time.time())
+    if not wait:
+        return True
+    state.limited_until = time.monotonic() + max(wait, 0.001)
+    rt.release(state, ok=None)
+    return False
+
+
+def _quota_wait(rt: Runtime, snap, target: str, scope: str | None) -> float:
+    """Seconds until the first usable candidate of `target` skipped for its
+    upstream quota has room again (0: none was skipped for it)."""
+    now = time.monotonic()
+    waits = [c.state.limited_until - now for c in rt.candidates(snap, target, scope)
+             if c.state.limited_until > now and c.state.usable(now)]
+    return min(waits, default=0.0)
+
+
 async def _acquire(
     rt: Runtime, caller: Caller, model: str, exclude: set[str], pkey: bytes | None, blocks: tuple[int, ...],
     obs: dict, scope: str | None = None,
@@ -382,10 +433,11 @@ async def _acquire(
         return None
     group = scope or model
     now = time.monotonic()
-    picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks, exclude=exclude)
-    if picked is not None:
+    while (picked := rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks,
+                                      exclude=exclude)) is not None:
         _started(picked, rt, blocks, obs)
-        return picked
+        if picked.spec.quota is None or await _within_quota(rt, picked):
+            return picked
     if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
         return None
     # Every usable provider is at capacity: wait for a slot, bounded.
@@ -414,11 +466,12 @@ async def _acquire(
                 except TimeoutError:
                     continue
                 now = time.monotonic()
-                picked = rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks, exclude=exclude)
-                if picked is not None:
+                while (picked := rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks,
+                                                  exclude=exclude)) is not None:
                     _started(picked, rt, blocks, obs)
-                    obs["queue_ms"] = (now - queued_at) * 1000.0
-                    return picked
+                    if picked.spec.quota is None or await _within_quota(rt, picked):
+                        obs["queue_ms"] = (now - queued_at) * 1000.0
+                        return picked
                 if not all_at_capacity([c for c in candidates if c.spec.name not in exclude], now):
                     return None
     finally:

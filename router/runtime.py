@@ -34,6 +34,7 @@ from .core.selection import CACHE_AWARE, Candidate, Selector
 from .core.snapshot import EMPTY, Snapshot
 from .dbthread import DbThread
 from .providers.http import LeanAiohttpTransport
+from .quotas import QuotaStore, store_for
 from .redis import async_client
 from .revision import config_error_key, current_revision
 from .selectors import REFRESHES, refresh_snapshot
@@ -118,6 +119,8 @@ class Runtime:
         self.transport: httpx.AsyncBaseTransport | None = None
         # The key gate of the current snapshot (router.extensions); None = open.
         self.gate: extensions.KeyGate | None = None
+        # The buckets of rate_limits and of backends' quotas (router/quotas.py).
+        self.quotas = QuotaStore(EMPTY.quota_scope)
         self.capacity_changed: asyncio.Condition | None = None
         self.waiting = 0
         self._ready = asyncio.Event()
@@ -236,6 +239,7 @@ class Runtime:
         ):
             self._candidates = {}
         self.gate = self._make_gate(snap)
+        self.quotas = store_for(snap.quota_scope, self.quotas)
         self.snapshot = snap
         self.last_error = None
         if ready:

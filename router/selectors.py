@@ -17,8 +17,9 @@ from immutables import Map
 from pydantic import ValidationError
 
 from . import extensions, global_prompts
-from .config_schema import CliConfig, RouterFile, interpolate
+from .config_schema import CliConfig, QuotaConfig, RateConfig, RouterFile, interpolate
 from .core.backend import BackendSpec, CliSpec
+from .core.buckets import ClientLimits, Quota, Rate
 from .core.cors import CorsPolicy
 from .core.health import HealthPolicy
 from .core.ipnets import parse_networks
@@ -94,7 +95,19 @@ def _spec(row: Any) -> BackendSpec:
         headers=headers,
         cli=_cli(row),
         responses=str((row.extra or {}).get("responses") or "auto"),
+        quota=_quota(row),
     )
+
+
+def _quota(row: Any) -> Quota | None:
+    section = (row.extra or {}).get("quota")
+    if not section:
+        return None
+    try:
+        return quota(QuotaConfig.model_validate(section))
+    except ValidationError as exc:  # a hand-edited row: that backend has no quota, the snapshot is fine
+        log.error("backend %s: its quota section is invalid (%d errors); it has none", row.name, exc.error_count())
+        return None
 
 
 def _cli(row: Any) -> CliSpec | None:
@@ -169,8 +182,35 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         stream_usage=cfg.stream_usage,
         cors=CorsPolicy.build(**cfg.cors.model_dump()),
         response_cache=_response_cache(cfg),
+        rate_limits=_client_limits(cfg),
+        quota_scope=cfg.rate_limits.scope,
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
+    )
+
+
+def _rate(cfg: RateConfig) -> Rate:
+    return Rate(per_s=cfg.rps, burst=cfg.burst if cfg.burst is not None else max(cfg.rps, 1.0))
+
+
+def quota(cfg: QuotaConfig) -> Quota:
+    """A backend's `quota:` as its buckets: rps (burst: rps unless said) and
+    tpm (a minute's tokens saved up at most)."""
+    rps = None if cfg.rps is None else Rate(per_s=cfg.rps, burst=cfg.burst or max(cfg.rps, 1.0))
+    tpm = None if cfg.tpm is None else Rate(per_s=cfg.tpm / 60.0, burst=float(cfg.tpm))
+    return Quota(rps=rps, tpm=tpm)
+
+
+def _client_limits(cfg: RouterFile) -> ClientLimits | None:
+    c = cfg.rate_limits
+    if c.global_ is None and c.per_ip is None:
+        return None
+    return ClientLimits(
+        scope=c.scope,
+        total=None if c.global_ is None else _rate(c.global_),
+        per_ip=None if c.per_ip is None else _rate(c.per_ip),
+        bypass_networks=parse_networks(c.bypass.cidrs),
+        bypass_keys=frozenset(c.bypass.keys),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .buckets import Quota
 from .secret import Secret
 
 # scheme://userinfo@ — greedy up to the last '@' before the path, so a
@@ -58,6 +59,7 @@ class BackendSpec:
     # How an OpenAI-compatible backend serves /v1/responses: "native",
     # "bridge" (through its chat endpoint) or "auto" (router.providers.bridge.choice).
     responses: str = "auto"
+    quota: Quota | None = None  # upstream quota (core.buckets); None: none
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested

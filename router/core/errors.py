@@ -202,6 +202,13 @@ class RateLimited(RouterError):
     message = "Rate limit reached for this API key."
 
 
+class UpstreamQuotaExhausted(RouterError):
+    status = 429
+    type = "requests"
+    code = "upstream_quota_exceeded"
+    message = "Every backend of this model is at its upstream quota; retry later."
+
+
 class CapacityExhausted(RouterError):
     status = 429
     type = "server_overloaded"

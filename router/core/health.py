@@ -115,6 +115,9 @@ class BackendState:
     # backend's prompt cache, and those cached tokens (its hit ratio).
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # Its upstream quota (core.buckets) refused a request: skipped by
+    # selection like a full backend until then (monotonic).
+    limited_until: float = 0.0
     # Warm-up: `warming` is what readers show (the prober sets it from its
     # window; a web process from the prober's verdict); the rest is the
     # prober's own bookkeeping.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import BackendSpec
+from .buckets import ClientLimits
 from .cors import CorsPolicy
 from .ipnets import Network
 from .prompts import PromptPolicy
@@ -87,6 +88,10 @@ class Snapshot:
     # Ask OpenAI-compatible upstreams for usage on every stream (stream_usage).
     stream_usage: bool = True
     response_cache: ResponseCachePolicy | None = None  # None: off (one attribute check per request)
+    # rate_limits: global and per-client-address buckets (None: neither set),
+    # and where every bucket, backends' quotas too, is kept (cluster | node).
+    rate_limits: ClientLimits | None = None
+    quota_scope: str = "cluster"
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     prompts: PromptPolicy | None = None  # global_prompts (None: no prompt anywhere)

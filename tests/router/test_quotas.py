@@ -1,0 +1,105 @@
+"""The cluster's token buckets (router/quotas.py) on a real Redis: the script
+does what the in-process buckets do, two processes share one bucket, and a
+Redis that does not answer falls back to this process's buckets."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+
+from router.core.buckets import NodeBuckets, Quota, Rate, request_items, token_item
+from router.quotas import QuotaStore, retry_after, store_for
+
+
+def _prefix() -> str:
+    return f"tq{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def clean_redis():
+    prefixes: list[str] = []
+    yield prefixes
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    for prefix in prefixes:
+        for key in r.scan_iter(f"{prefix}*"):
+            r.delete(key)
+
+
+async def test_the_redis_script_decides_as_the_process_buckets_do(clean_redis) -> None:
+    """A random sequence of takes and charges, at explicit times, gets the
+    same answers from Redis as from the in-process buckets."""
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    shared = QuotaStore("cluster", prefix=prefix)
+    local = NodeBuckets()
+    rnd = random.Random(7)
+    quota = Quota(rps=Rate(per_s=2.0, burst=3.0), tpm=Rate(per_s=50 / 60, burst=50.0))
+    now = 1_700_000_000.0
+    refusals = 0
+    for _ in range(300):
+        now += rnd.choice((0.0, 0.0, 0.1, 0.3, 1.5))
+        if rnd.random() < 0.3:
+            item = token_item("b", quota, rnd.randint(1, 40))
+            assert item is not None
+            assert await shared.take([item], now) == local.take([item], now) == (0.0, -1)
+            continue
+        items = request_items("b", quota)
+        got, want = await shared.take(items, now), local.take(items, now)
+        assert got[1] == want[1]
+        assert got[0] == pytest.approx(want[0], abs=0.0011)  # Redis answers in whole ms, rounded up
+        refusals += got[1] >= 0
+    assert 20 < refusals < 280  # the sequence exercised both answers
+    assert not shared.degraded
+    ttl = redis.Redis.from_url(settings.REDIS_URL).pttl(f"{prefix}quota:b:b:r")
+    assert 0 < ttl <= (3.0 / 2.0) * 1000 + 1000  # gone once it would be full again
+
+
+async def test_two_processes_share_one_bucket(clean_redis) -> None:
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    one, two = QuotaStore("cluster", prefix=prefix), QuotaStore("cluster", prefix=prefix)
+    item = [("g", Rate(per_s=0.001, burst=4.0), 1.0, 1.0)]
+    now = 1_700_000_000.0
+    answers = [await store.take(item, now) for store in (one, two, one, two, one, two)]
+    assert [wait == 0 for wait, _ in answers] == [True] * 4 + [False] * 2
+    assert answers[-1][1] == 0
+
+
+async def test_redis_down_falls_back_to_this_process_and_says_so_once(caplog) -> None:
+    store = QuotaStore("cluster", prefix=_prefix(), redis_url="redis://127.0.0.1:1/0", cooldown=60)
+    item = [("g", Rate(per_s=0.001, burst=2.0), 1.0, 1.0)]
+    now = 1_700_000_000.0
+    answers = [(await store.take(item, now))[0] for _ in range(3)]
+    assert answers[:2] == [0.0, 0.0] and answers[2] > 0  # the process's own bucket counted them
+    assert store.degraded
+    assert sum("cluster rate limits unavailable" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_charges_are_paid_in_the_background(clean_redis) -> None:
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    store = QuotaStore("cluster", prefix=prefix)
+    quota = Quota(tpm=Rate(per_s=10 / 60, burst=10.0))
+    now = 1_700_000_000.0
+    item = token_item("b", quota, 30)
+    assert item is not None
+    store.charge(item, now)
+    pending = list(store._charges)
+    assert pending  # not awaited by the caller
+    for task in pending:
+        await task
+    wait, _ = await store.take(request_items("b", quota), now)
+    assert wait == pytest.approx(11 / (10 / 60), abs=0.01)  # 10 - 30, floored at -10; then back to 1
+
+
+def test_scope_and_retry_after() -> None:
+    node = store_for("node", None)
+    assert store_for("node", node) is node
+    assert store_for("cluster", node).scope == "cluster"
+    with pytest.raises(ValueError, match=r"rate_limits\.scope"):
+        QuotaStore("planet")
+    assert [retry_after(w) for w in (0.001, 1.0, 1.2, float("inf"))] == ["1", "1", "2", "60"]
