@@ -43,11 +43,11 @@ from .core.snapshot import Snapshot
 __all__ = [
     "AnswerKeeper",
     "BodyResolver",
-    "Kept",
     "DoctorCheck",
     "GateFactory",
     "IngressRequest",
     "IngressResolver",
+    "Kept",
     "KeyGate",
     "PartSpec",
     "ReadinessCheck",
