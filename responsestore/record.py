@@ -1,13 +1,16 @@
 """An answer to store, as the door hands it over: what it takes to make the row.
 
-Made on the event loop with little work: one parse of an answer the router
-already holds whole, and the request's items given their ids (a shallow
-copy each), so a continuation that finds it still queued sees the same ids
-as the row will. The row's JSON text is built on the DB thread (`row_values`).
+Made on the event loop with no more work than one parse of an answer the
+router already holds whole (to learn its id). The request's items are given
+their ids once, by whichever comes first — the DB thread writing the row, or
+a continuation or GET that finds the record still queued — under a lock, so
+both see the same ids. The row's JSON text is built on the DB thread
+(`row_values`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +18,8 @@ from typing import Any
 import orjson
 
 from . import items
+
+_GIVING_IDS = threading.Lock()
 
 
 @dataclass(slots=True)
@@ -31,8 +36,9 @@ class Record:
 
     def conversation(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(input items, output items) of this response."""
-        if self.stored is None:
-            self.stored = items.stored_items(self.body)
+        with _GIVING_IDS:
+            if self.stored is None:
+                self.stored = items.stored_items(self.body)
         output = self.response.get("output")
         return [*self.earlier, *self.stored], output if isinstance(output, list) else []
 
@@ -72,4 +78,4 @@ def of_answer(body: bytes, owner: str, owner_name: str, request: dict[str, Any],
     rid = response.get("id") if isinstance(response, dict) else None
     if not isinstance(rid, str) or not rid or len(rid) > 100 or response.get("object") != "response":
         return None
-    return Record(rid, owner, owner_name, request, earlier, response, stored=items.stored_items(request))
+    return Record(rid, owner, owner_name, request, earlier, response)

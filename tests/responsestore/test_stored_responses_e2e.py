@@ -80,6 +80,9 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(client):
     assert made.id in err.value.body["message"]
     with pytest.raises(openai.NotFoundError):
         client.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="a", input="go on", previous_response_id=made.id)
+    assert err.value.body["code"] == "previous_response_not_found"
 
 
 def test_store_is_the_default(client):
