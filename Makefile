@@ -32,7 +32,7 @@ faults: setup-dev
 
 lint: setup-dev
 	@$(PY) -m ruff check .
-	@$(PY) -m mypy router/core router/runtime.py router/extensions.py router/pipeline.py router/admission.py router/providers router/respcache appproxy fakes
+	@$(PY) -m mypy router/core router/runtime.py router/extensions.py router/pipeline.py router/admission.py router/providers router/respcache responsestore appproxy fakes
 	@.venv/bin/lint-imports
 
 check: lint test

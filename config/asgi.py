@@ -7,6 +7,10 @@
 - `/v1/files*` (the Files API, docs/files.md) is served by its own ASGI door
   (filestore/door.py): it may use the DB and storage, takes no admission
   slot, and its body has ROUTER_FILES_BODY_TIMEOUT to arrive.
+- `/v1/responses/…` (stored responses: GET, DELETE, input_items;
+  docs/responses.md) is served by its own ASGI door (responsestore/door.py),
+  like the files: it reads the DB (on its own thread) and takes no
+  admission slot. POST `/v1/responses` itself is the direct door's.
 - The rest of `/v1/*` and the probe endpoints go to a lean Django handler
   (config.lean): same URLconf and views, no middleware or thread hops.
 - Everything else (dashboard, admin, /status) goes through full Django.
@@ -45,6 +49,7 @@ from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
+from responsestore import door as stored_door  # noqa: E402
 from router.admission import precheck  # noqa: E402
 from router.core.errors import ShuttingDown  # noqa: E402
 from router.frontends import direct  # noqa: E402
@@ -124,6 +129,8 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
         endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
         if files:
             await files_door.serve(scope, guard.receive, guard.send)
+        elif stored_door.handles(path):
+            await stored_door.serve(scope, guard.receive, guard.send)
         elif endpoint is not None:
             raw = await direct.read_request(scope, guard.receive, guard.send)
             if raw is None:  # refused (413) or gone

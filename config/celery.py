@@ -31,6 +31,8 @@ app.conf.beat_schedule = {
     "appproxy-tick": {"task": "appproxy.tick", "schedule": 1.0, "options": {"expires": 1.0}},
     # Per-key usage: the Redis buffer of the drainers → KeyUsage (keys/tasks.py).
     "keys-fold-usage": {"task": "keys.fold_usage", "schedule": 30.0, "options": {"expires": 30}},
+    # Stored responses past ROUTER_RESPONSES_RETENTION_DAYS (responsestore/tasks.py).
+    "responsestore-prune": {"task": "responsestore.prune", "schedule": 600.0, "options": {"expires": 600}},
 }
 
 

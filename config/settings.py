@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "adminapi",
     "dashboard",
     "filestore",
+    "responsestore",
 ]
 # daphne's app only gives `manage.py runserver` its ASGI server; importing it
 # installs Twisted's reactor, ~0.2 s of every process's start (uvicorn, the
@@ -149,6 +150,13 @@ ROUTER_FILES_MAX_BYTES = int(os.environ.get("ROUTER_FILES_MAX_BYTES", str(512 * 
 ROUTER_FILES_MAX_BYTES_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_BYTES_PER_KEY", str(10 * 1024**3)))
 ROUTER_FILES_BODY_TIMEOUT = int(os.environ.get("ROUTER_FILES_BODY_TIMEOUT", "600"))
 ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))  # at once, per web process
+# Stored responses (/v1/responses with store, docs/responses.md): how long a
+# stored response is kept (the beat's prune), the largest streamed answer
+# assembled for storing, and how many answers may wait to be written per web
+# process (past that an answer is not stored).
+ROUTER_RESPONSES_RETENTION_DAYS = float(os.environ.get("ROUTER_RESPONSES_RETENTION_DAYS", "30"))
+ROUTER_RESPONSES_MAX_BYTES = int(os.environ.get("ROUTER_RESPONSES_MAX_BYTES", str(16 * 1024 * 1024)))
+ROUTER_RESPONSES_QUEUE_MAX = int(os.environ.get("ROUTER_RESPONSES_QUEUE_MAX", "1000"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -19,7 +19,11 @@ which Django runs once per process after every app is loaded:
 - body resolvers: an admitted OpenAI-door request whose raw body contains a
   resolver's marker bytes is handed to it, and may come back rewritten
   (`filestore`: the caller's file ids → inline data). A request without
-  the marker pays one bytes search, and nothing with no resolver registered.
+  the marker pays one bytes search, and nothing with no resolver registered;
+- an answer keeper per OpenAI-door endpoint: it sees each admitted request
+  of its endpoint before the body resolvers, may widen the body with what it
+  kept before (`responsestore`: `previous_response_id` → the conversation),
+  and is handed the routed answer to keep once it is complete.
 
 Invariants: registration happens during app loading only and is idempotent
 (the same name registered again replaces the entry, so a reloaded app never
@@ -37,21 +41,25 @@ from typing import Any, Protocol
 from .core.snapshot import Snapshot
 
 __all__ = [
+    "AnswerKeeper",
     "BodyResolver",
     "DoctorCheck",
     "GateFactory",
     "IngressRequest",
     "IngressResolver",
+    "Kept",
     "KeyGate",
     "PartSpec",
     "ReadinessCheck",
     "SectionValidator",
     "SnapshotPart",
     "StatusSection",
+    "answer_keeper",
     "body_resolvers",
     "doctor_checks",
     "gate_factory",
     "readiness_checks",
+    "register_answer_keeper",
     "register_body_resolver",
     "register_doctor_check",
     "register_gate_factory",
@@ -158,6 +166,30 @@ class BodyResolver(Protocol):
     async def __call__(self, caller: Any, endpoint: str, body: dict[str, Any]) -> dict[str, Any] | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What an answer keeper made of one request."""
+
+    # The body to route instead of the client's (None: as sent); the door
+    # holds it to server.max_body_bytes like any other body.
+    body: dict[str, Any] | None = None
+    # Handed the request's `pipeline.Routed` before it is rendered; it may
+    # wrap `routed.provider` to see the answer as it passes (never delay it).
+    keep: Callable[[Any], None] | None = None
+
+
+class AnswerKeeper(Protocol):
+    """Keeps what one endpoint answered, for later requests to build on.
+
+    Called with the admitted `caller` and the parsed body as the client sent
+    it (never changed); returns None to leave the request alone. Raises a
+    RouterError to refuse it. May use the DB off the event loop, but only
+    for requests that ask for something kept: every request of its endpoint
+    reaches it."""
+
+    async def __call__(self, caller: Any, body: dict[str, Any]) -> Kept | None: ...
+
+
 _gate_factory: GateFactory | None = None
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +213,7 @@ _status: dict[str, StatusSection] = {}
 _doctor: dict[str, DoctorCheck] = {}
 _body_resolvers: dict[str, tuple[bytes, BodyResolver]] = {}
 _body_resolver_list: tuple[tuple[bytes, BodyResolver], ...] = ()
+_answer_keepers: dict[str, AnswerKeeper] = {}
 
 
 def register_gate_factory(factory: GateFactory) -> None:
@@ -258,3 +291,12 @@ def register_body_resolver(name: str, marker: bytes, resolve: BodyResolver) -> N
 
 def body_resolvers() -> tuple[tuple[bytes, BodyResolver], ...]:
     return _body_resolver_list
+
+
+def register_answer_keeper(endpoint: str, keeper: AnswerKeeper) -> None:
+    """`keeper` sees every admitted OpenAI-door request of `endpoint` ("responses")."""
+    _answer_keepers[endpoint] = keeper
+
+
+def answer_keeper(endpoint: str) -> AnswerKeeper | None:
+    return _answer_keepers.get(endpoint)

@@ -155,6 +155,16 @@ class FileNotFound(NotFound):
     message = "No such file."
 
 
+class ResponseNotFound(NotFound):
+    code = "response_not_found"
+    message = "No such stored response."
+
+
+class PreviousResponseNotFound(NotFound):
+    code = "previous_response_not_found"
+    message = "The previous response was not found."
+
+
 class EndpointNotFound(NotFound):
     code = "endpoint_not_found"
     message = "No endpoint is registered for this host."

@@ -3,6 +3,8 @@
  1 parse the envelope (orjson; raw bytes kept)   → 400 / 413 / 415
  2 admit (router/admission.py)                   → 503, ingress 404/401/403, key 401/403/429
  3 model access                                  → 403 / 404 model_not_found
+   then the endpoint's answer keeper (router/extensions.py), e.g. a
+   previous_response_id → the stored conversation → its 404 / 413
    then the body resolvers (router/extensions.py) of a body carrying their
    marker, e.g. file ids → inline data           → their 400 / 404 / 413
  4 route (router/pipeline.py)                    → the provider's answer, or 429/502/503/504
@@ -25,7 +27,7 @@ from .. import tracing
 from ..admission import Request, admit, headers_of, ready_snapshot
 from ..core.errors import RequestTooLarge, RouterError
 from ..core.snapshot import Snapshot
-from ..extensions import body_resolvers
+from ..extensions import answer_keeper, body_resolvers
 from ..pipeline import Routed, refused, route
 from ..request import Envelope, check_content_type, parse_body
 from ..respcache import door as respcache
@@ -66,6 +68,14 @@ async def routed_or_refusal(
         caller = await admit(call, snap, headers=headers, body=parsed, obs=obs)
         target = caller.pinned or model
         caller.check_model(target)
+        kept = None
+        if (keeper := answer_keeper(endpoint)) is not None and (kept := await keeper(caller, parsed)) is not None:
+            if kept.body is not None:
+                parsed, raw = kept.body, orjson.dumps(kept.body)
+                if len(raw) > snap.max_body_bytes:
+                    raise RequestTooLarge(
+                        f"The request with its earlier turns is {len(raw)} bytes; the limit is {snap.max_body_bytes}."
+                    )
         for marker, resolve in body_resolvers():
             if marker in raw and (resolved := await resolve(caller, endpoint, parsed)) is not None:
                 parsed, raw = resolved, orjson.dumps(resolved)
@@ -81,8 +91,12 @@ async def routed_or_refusal(
         if trace is not None:
             env.notes["trace"] = trace
         if snap.response_cache is not None:
-            return await respcache.answer(snap.response_cache, caller, env, target, obs, started)
-        return await route(caller, env, target, obs, started)
+            routed = await respcache.answer(snap.response_cache, caller, env, target, obs, started)
+        else:
+            routed = await route(caller, env, target, obs, started)
+        if kept is not None and kept.keep is not None:
+            kept.keep(routed)
+        return routed
     except RouterError as exc:
         refused(exc, obs, started, trace)
         return exc

@@ -80,7 +80,6 @@ CHAT_REFUSED = [
     ),
 ]
 RESPONSES_REFUSED = [
-    ("previous_response_id", "resp_abc", {}, "previous_response_id"),
     ("conversation", "conv_abc", {}, "conversation"),
     ("prompt", {"id": "pmpt_abc"}, {}, "prompt"),
     ("background", True, {}, "background"),
@@ -268,10 +267,25 @@ def test_unconvertible_field_is_refused_before_dispatch(stack, endpoint, case):
     assert (obs["provider"], obs["kind"], obs["path"]) == ("ollama-o", "ollama", "normalized")
 
 
+# Never reaches a provider: the router sends the stored conversation in its
+# place (docs/responses.md; tests/responsestore), or refuses an unknown id.
+ROUTER_RESOLVED = {"previous_response_id"}
+
+
+def test_an_unknown_previous_response_is_404_before_dispatch(stack):
+    before = stack.ollama.meter.arrived
+    r = _post(stack, "responses", {"model": "olla", "input": "hi", "previous_response_id": "resp_abc"})
+    assert r.status_code == 404, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("previous_response_not_found", "previous_response_id")
+    assert "resp_abc" in error["message"]
+    assert stack.ollama.meter.arrived == before
+
+
 def test_every_unsupported_policy_field_has_a_refusal_case():
     """The refusal cases above cover every `unsupported` row of the tables."""
     covered_chat = {c[0] for c in CHAT_REFUSED}
-    covered_resp = {c[0] for c in RESPONSES_REFUSED}
+    covered_resp = {c[0] for c in RESPONSES_REFUSED} | ROUTER_RESOLVED
     assert {f for f, (p, _) in CHAT_POLICY.items() if p == "unsupported"} <= covered_chat
     assert {f for f, (p, _) in RESPONSES_POLICY.items() if p == "unsupported"} <= covered_resp
 

@@ -91,7 +91,7 @@ RESPONSES_POLICY: dict[str, tuple[str, str]] = {
     "top_logprobs": ("conditional", "0 only; log probabilities are unsupported"),
     "previous_response_id": (
         "unsupported",
-        "responses are not stored; send the whole input",
+        "the router sends the stored conversation in its place (docs/responses.md)",
     ),
     "conversation": (
         "unsupported",
@@ -103,7 +103,7 @@ RESPONSES_POLICY: dict[str, tuple[str, str]] = {
         "Ollama cannot limit tool calls per turn (echoed in the response)",
     ),
     "max_tool_calls": ("ignored", "Ollama cannot limit tool calls"),
-    "store": ("ignored", "responses are not stored"),
+    "store": ("ignored", "the router stores the response itself (docs/responses.md)"),
     "metadata": ("ignored", "not sent to the provider (echoed in the response)"),
     "user": ("ignored", "end-user id has no Ollama equivalent"),
     "safety_identifier": ("ignored", "no Ollama equivalent"),
