@@ -7,6 +7,8 @@
 - `/v1/files*` (the Files API, docs/files.md) is served by its own ASGI door
   (filestore/door.py): it may use the DB and storage, takes no admission
   slot, and its body has ROUTER_FILES_BODY_TIMEOUT to arrive.
+- `/v1/batches*` (docs/files.md) likewise by filestore/batches/door.py;
+  the tasks process runs the batches.
 - The rest of `/v1/*` and the probe endpoints go to a lean Django handler
   (config.lean): same URLconf and views, no middleware or thread hops.
 - Everything else (dashboard, admin, /status) goes through full Django.
@@ -45,6 +47,7 @@ from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
+from filestore.batches import door as batches_door  # noqa: E402
 from router.admission import precheck  # noqa: E402
 from router.core.errors import ShuttingDown  # noqa: E402
 from router.frontends import direct  # noqa: E402
@@ -124,6 +127,8 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
         endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
         if files:
             await files_door.serve(scope, guard.receive, guard.send)
+        elif batches_door.handles(path):
+            await batches_door.serve(scope, guard.receive, guard.send)
         elif endpoint is not None:
             raw = await direct.read_request(scope, guard.receive, guard.send)
             if raw is None:  # refused (413) or gone

@@ -149,6 +149,14 @@ ROUTER_FILES_MAX_BYTES = int(os.environ.get("ROUTER_FILES_MAX_BYTES", str(512 * 
 ROUTER_FILES_MAX_BYTES_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_BYTES_PER_KEY", str(10 * 1024**3)))
 ROUTER_FILES_BODY_TIMEOUT = int(os.environ.get("ROUTER_FILES_BODY_TIMEOUT", "600"))
 ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))  # at once, per web process
+# Batches (/v1/batches, docs/files.md), run by the tasks process: lines in
+# flight per batch and per tasks process, how long a runner's lease on its
+# batch lasts unrenewed (a killed runner's batch resumes after it), and the
+# most lines one input file may hold (OpenAI's).
+ROUTER_BATCH_CONCURRENCY = int(os.environ.get("ROUTER_BATCH_CONCURRENCY", "4"))
+ROUTER_BATCH_NODE_CONCURRENCY = int(os.environ.get("ROUTER_BATCH_NODE_CONCURRENCY", "16"))
+ROUTER_BATCH_LEASE_SECONDS = float(os.environ.get("ROUTER_BATCH_LEASE_SECONDS", "30"))
+ROUTER_BATCH_MAX_LINES = int(os.environ.get("ROUTER_BATCH_MAX_LINES", "50000"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -155,6 +155,11 @@ class FileNotFound(NotFound):
     message = "No such file."
 
 
+class BatchNotFound(NotFound):
+    code = "batch_not_found"
+    message = "No such batch."
+
+
 class EndpointNotFound(NotFound):
     code = "endpoint_not_found"
     message = "No endpoint is registered for this host."
@@ -169,6 +174,13 @@ class MethodNotAllowed(RouterError):
 
 
 # 413
+class BatchNotCancellable(RouterError):
+    status = 409
+    type = "invalid_request_error"
+    code = "batch_not_cancellable"
+    message = "The batch has ended and can no longer be cancelled."
+
+
 class RequestTooLarge(RouterError):
     status = 413
     type = "invalid_request_error"
