@@ -8,6 +8,10 @@ object, the output and error files) and what the backend received.
 from __future__ import annotations
 
 import io
+import json
+import sqlite3
+import time
+import uuid
 from collections import Counter
 
 import openai
@@ -75,10 +79,27 @@ def lines_of(client: openai.OpenAI, file_id: str | None) -> list[dict]:
     return [orjson.loads(line) for line in client.files.content(file_id).read().splitlines()]
 
 
+def key_usage(proc: RouterProc, name: str) -> list[int]:
+    """[requests, errors, prompt, completion] of the key named `name`, after
+    folding the Redis usage buffer into the DB (keys.fold_usage, as beat does)."""
+    code = (
+        "import json; from keys.tasks import fold_usage; from keys.models import ApiKey, KeyUsage; "
+        "from keys.selectors import record_id; fold_usage(); "
+        f"ref = record_id(ApiKey.objects.get(name={name!r})); "
+        "rows = KeyUsage.objects.filter(key_ref=ref).values_list('requests', 'errors', 'prompt_tokens', "
+        "'completion_tokens'); print(json.dumps([sum(r[i] for r in rows) for i in range(4)]))"
+    )
+    out = proc.manage("shell", "-c", code)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_a_batch_runs_every_line_through_the_router_and_writes_openai_lines(router, backend):
     """validating → in_progress → finalizing → completed; the output file holds
-    one line per request in input order, each the backend's answer."""
-    client = sdk(router, create_key(router))
+    one line per request in input order, each the backend's answer; the key's
+    usage counts every line, as for its /v1 requests."""
+    name = f"batch-{uuid.uuid4().hex[:8]}"
+    client = sdk(router, create_key(router, name=name))
     seen = len(backend.requests)
     batch = submit(client, [chat_line(f"c{i}") for i in range(6)])
     assert (batch.object, batch.status, batch.endpoint, batch.metadata) == (
@@ -99,6 +120,9 @@ def test_a_batch_runs_every_line_through_the_router_and_writes_openai_lines(rout
     output = client.files.retrieve(done.output_file_id)
     assert (output.purpose, output.filename) == ("batch_output", f"{batch.id}_output.jsonl")
     assert [b.id for b in client.batches.list()] == [batch.id]
+    usage = [sum(line["response"]["body"]["usage"][f] for line in out) for f in ("prompt_tokens", "completion_tokens")]
+    expected = [6, 0, *usage]
+    wait_until(lambda: key_usage(router, name) == expected, 60, interval=1, what="the lines in the key's usage")
 
 
 def test_embeddings_batch_with_an_upstream_error_goes_to_the_error_file(router, backend):
@@ -216,3 +240,23 @@ def test_a_worker_killed_mid_batch_resumes_without_repeating_a_line(router, back
     ids = Counter(line["custom_id"] for line in lines_of(client, done.output_file_id))
     assert ids == Counter({f"r{i}": 1 for i in range(30)})
     assert done.request_counts.model_dump() == {"total": 30, "completed": 30, "failed": 0}
+
+
+def test_a_batch_past_its_window_expires_with_its_partial_output(router, backend):
+    """The window ends while no tasks process runs the batch (the clock moved
+    past `expires_at`): the next runner sends no more lines, and the batch is
+    expired with the lines answered before in its output."""
+    backend.behavior.delay_s = 0.3
+    client = sdk(router, create_key(router))
+    batch = submit(client, [chat_line(f"x{i}") for i in range(30)])
+    wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed >= 3, 120,
+               what="some lines answered")
+    router.kill_tasks()
+    with sqlite3.connect(router.db) as db:  # the window ends now
+        db.execute("UPDATE filestore_batch SET expires_at = ? WHERE id = ?", (int(time.time()), batch.id))
+    router.start_tasks()
+    done = wait_status(client, batch.id, timeout=180)
+    assert done.status == "expired" and done.expired_at
+    ids = [line["custom_id"] for line in lines_of(client, done.output_file_id)]
+    assert len(ids) == len(set(ids)) == done.request_counts.completed
+    assert 3 <= len(ids) < 30
