@@ -10,7 +10,7 @@ the process's life (not published in the cluster view: that lists web
 processes; router.runtime `start(publish=False)`).
 
 Its backend states are this process's own, as every web process's are: a
-batch's lines count against a backend's `max_concurrent` in this process
+batch's lines count against a backend's `capacity` in this process
 only, and ROUTER_BATCH_NODE_CONCURRENCY bounds what it adds to the fleet.
 """
 
