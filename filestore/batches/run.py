@@ -35,7 +35,7 @@ from django.conf import settings
 from django.core.files import File
 
 from router.admission import Call, Caller, ready_snapshot
-from router.core.errors import CapacityExhausted, NotReady, RateLimited, RouterError
+from router.core.errors import CapacityExhausted, FileNotFound, NotReady, RateLimited, RouterError
 from router.dbthread import DbThread
 from router.frontends import openai
 from router.redis import async_client
@@ -131,7 +131,14 @@ async def _advance(batch_id: str, lease: Lease) -> None:
         return
     reason = None
     if row.status in (wire.IN_PROGRESS, wire.CANCELLING):
-        reason = await _execute(row, lease)
+        try:
+            reason = await _execute(row, lease)
+        except (FileNotFound, FileNotFoundError):  # the input file was deleted: its other lines cannot run
+            error = {"code": "input_file_deleted", "message": f"The input file {row.input_file_id} was deleted.",
+                     "param": "input_file_id", "line": None}
+            await _finalize(row, (wire.IN_PROGRESS, wire.CANCELLING), wire.FAILED, failed_at=int(time.time()),
+                            errors=[error])
+            return
         if reason == "lease":
             return
         row = await _db.run(store.load, batch_id)

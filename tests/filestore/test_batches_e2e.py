@@ -260,3 +260,23 @@ def test_a_batch_past_its_window_expires_with_its_partial_output(router, backend
     ids = [line["custom_id"] for line in lines_of(client, done.output_file_id)]
     assert len(ids) == len(set(ids)) == done.request_counts.completed
     assert 3 <= len(ids) < 30
+
+
+def test_a_batch_whose_input_file_was_deleted_fails_with_its_partial_output(router, backend):
+    """The input file deleted while no runner holds it open (the tasks
+    process down): the next runner cannot read the lines left, and fails the
+    batch with `input_file_deleted`, the lines answered before in its output."""
+    backend.behavior.delay_s = 0.3
+    client = sdk(router, create_key(router))
+    batch = submit(client, [chat_line(f"d{i}") for i in range(40)])
+    wait_until(lambda: client.batches.retrieve(batch.id).request_counts.completed >= 2, 120,
+               what="some lines answered")
+    router.kill_tasks()
+    client.files.delete(batch.input_file_id)
+    router.start_tasks()
+    done = wait_status(client, batch.id, timeout=180)
+    assert done.status == "failed" and done.failed_at
+    assert [e.code for e in done.errors.data] == ["input_file_deleted"]
+    ids = [line["custom_id"] for line in lines_of(client, done.output_file_id)]
+    assert len(ids) == len(set(ids)) == done.request_counts.completed
+    assert 2 <= len(ids) < 40
