@@ -65,6 +65,15 @@ def batch_page(owner: str, *, limit: int, after: str | None) -> tuple[list[Batch
     return rows[:limit], len(rows) > limit
 
 
+def recent(limit: int) -> tuple[list[Batch], int]:
+    """Every owner's batches for the operator, unfinished ones first, then the
+    newest; and how many there are in all."""
+    qs = Batch.objects.all()
+    unfinished = list(qs.filter(status__in=wire.UNFINISHED).order_by("-created_at", "-id")[:limit])
+    rest = list(qs.exclude(status__in=wire.UNFINISHED).order_by("-created_at", "-id")[: limit - len(unfinished)])
+    return unfinished + rest, qs.count()
+
+
 def batch_cancel(owner: str, batch_id: str) -> Batch:
     """validating/in_progress → cancelling (the runner finishes the lines in
     flight, then cancelled); a batch already cancelling or cancelled is
