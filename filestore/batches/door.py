@@ -20,7 +20,7 @@ from router.core.errors import InvalidJSON, InvalidRequest, MethodNotAllowed, No
 from router.frontends.direct import send_error
 
 from .. import db
-from ..door import _drain, _json
+from ..door import drain, send_json
 from ..owner import owner_of
 from . import store, wire
 
@@ -71,9 +71,9 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
         fields = _create_fields(body)
         name = caller.key.name if caller.key is not None else ""
         row = await db.run(store.batch_create, owner=owner, owner_name=name, **fields)
-        await _json(send, wire.batch_object(row))
+        await send_json(send, wire.batch_object(row))
         return
-    if not await _drain(receive):
+    if not await drain(receive):
         return
     if not parts:
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("latin1")).items()}
@@ -84,11 +84,11 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
         if not 1 <= limit <= store.MAX_PAGE:
             raise InvalidRequest(f"'limit' must be an integer from 1 to {store.MAX_PAGE}.", param="limit")
         rows, more = await db.run(store.batch_page, owner, limit=limit, after=query.get("after") or None)
-        await _json(send, wire.batch_list(rows, has_more=more))
+        await send_json(send, wire.batch_list(rows, has_more=more))
     elif len(parts) == 2:
-        await _json(send, wire.batch_object(await db.run(store.batch_cancel, owner, parts[0])))
+        await send_json(send, wire.batch_object(await db.run(store.batch_cancel, owner, parts[0])))
     else:
-        await _json(send, wire.batch_object(await db.run(store.batch_get, owner, parts[0])))
+        await send_json(send, wire.batch_object(await db.run(store.batch_get, owner, parts[0])))
 
 
 async def _read_json(receive) -> dict[str, Any] | None:

@@ -118,7 +118,7 @@ def validate(
     verdict = Verdict(errors=[])
     assert verdict.errors is not None
     seen: set[str] = set()
-    checked: dict[str, str | None] = {}  # model → the refusal's message, once per model
+    refused: dict[str, RouterError | None] = {}  # model → the key's refusal, checked once per model
     for block in read_blocks(storage_name, limit):
         for number, raw in block:
             verdict.total += 1
@@ -131,15 +131,15 @@ def validate(
                                  "custom_id")
                 seen.add(custom_id)
                 model = body["model"]
-                if model not in checked:
+                if model not in refused:
                     try:
                         check_model(model)
-                        checked[model] = None
+                        refused[model] = None
                     except RouterError as exc:
-                        checked[model] = exc.code or "model_not_allowed"
-                        checked[model + "\0"] = exc.message
-                if checked[model] is not None:
-                    raise _error(number, str(checked[model]), checked[model + "\0"] or "", "body.model")
+                        refused[model] = exc
+                refusal = refused[model]
+                if refusal is not None:
+                    raise _error(number, refusal.code or "model_not_allowed", refusal.message, "body.model")
                 verdict.model = verdict.model or model
             except LineFailed as failed:
                 if len(verdict.errors) < MAX_ERRORS:

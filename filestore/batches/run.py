@@ -150,6 +150,10 @@ async def _advance(batch_id: str, lease: Lease) -> None:
     elif reason == "expire" or (row.status == wire.IN_PROGRESS and now >= row.expires_at):
         await _finalize(row, (wire.IN_PROGRESS,), wire.EXPIRED, expired_at=now)
     elif row.status == wire.IN_PROGRESS:
+        done, _, _ = await _db.run(store.done_lines, row.id)
+        if len(done) < row.total:  # a result was lost (a DB write failed): the next sweep sends what is missing
+            log.warning("batch %s: %d of %d lines have a result; resuming later", row.id, len(done), row.total)
+            return
         if await _db.run(store.move, row.id, (wire.IN_PROGRESS,), wire.FINALIZING, finalizing_at=now):
             await _finalize(row, (wire.FINALIZING,), wire.COMPLETED, completed_at=int(time.time()))
         else:  # cancelled at the last moment: every line ran anyway
@@ -216,17 +220,33 @@ class _Run:
     async def flush(self) -> None:
         if self.results:
             results, self.results = self.results, []
-            await _db.run(store.record_lines, self.row.id, results)
+            try:
+                await _db.run(store.record_lines, self.row.id, results)
+            except Exception as exc:  # the DB away: kept for the next flush (or sent again by the next runner)
+                log.warning("batch %s: results not recorded yet: %s", self.row.id, type(exc).__name__)
+                self.results[:0] = results
 
     async def line(self, number: int, raw: bytes | None, batch: asyncio.Semaphore, node: asyncio.Semaphore) -> None:
         try:
-            ok, output = await self._answer(number, raw)
+            try:
+                ok, output = await self._answer(number, raw)
+            except Exception as exc:  # a bug of ours: the line's answer is OpenAI's 500, as a /v1 client's
+                log.error("batch %s line %d failed: %s", self.row.id, number, type(exc).__name__, exc_info=exc)
+                ok, output = False, self._failed(number, raw)
             self.results.append((number, ok, output))
-        except Exception as exc:  # a bug of ours: the line is tried again by the next runner
-            log.error("batch %s line %d failed: %s", self.row.id, number, type(exc).__name__, exc_info=exc)
         finally:
             batch.release()
             node.release()
+
+    def _failed(self, number: int, raw: bytes | None) -> str:
+        try:
+            custom_id: str | None = lines.parse_line(raw, number, self.row.endpoint)[0]
+        except lines.LineFailed:
+            custom_id = None
+        error = RouterError()
+        out = wire.result_line("batch_req_" + secrets.token_hex(12), custom_id or "", error.status,
+                               "req_" + secrets.token_hex(16), error.to_dict())
+        return orjson.dumps(out).decode()
 
     async def _answer(self, number: int, raw: bytes | None) -> tuple[bool, str]:
         line_id = "batch_req_" + secrets.token_hex(12)
