@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+import threading
 import time
 import uuid
 from collections import Counter
@@ -43,7 +44,8 @@ def router(backend):
     proc = RouterProc(
         CONFIG.format(url=backend.url),
         tasks=True,
-        env={"ROUTER_BATCH_LEASE_SECONDS": "4", "ROUTER_BATCH_CONCURRENCY": "2"},
+        env={"ROUTER_BATCH_LEASE_SECONDS": "4", "ROUTER_BATCH_CONCURRENCY": "2",
+             "ROUTER_BATCH_NODE_CONCURRENCY": "3"},
     ).start()
     yield proc
     proc.stop()
@@ -280,3 +282,35 @@ def test_a_batch_whose_input_file_was_deleted_fails_with_its_partial_output(rout
     ids = [line["custom_id"] for line in lines_of(client, done.output_file_id)]
     assert len(ids) == len(set(ids)) == done.request_counts.completed
     assert 2 <= len(ids) < 40
+
+
+def test_lines_in_flight_stay_within_the_batch_and_node_bounds(router, backend):
+    """Two batches at once: never more than ROUTER_BATCH_CONCURRENCY (2) lines
+    of one batch, nor ROUTER_BATCH_NODE_CONCURRENCY (3) of both, at the
+    backend at any moment it was looked at; and both bounds were reached."""
+    backend.behavior.delay_s = 0.3
+    client = sdk(router, create_key(router))
+    seen = len(backend.requests)
+    peaks = {"a": 0, "b": 0, "all": 0}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            running = [r.json["messages"][0]["content"] for r in backend.requests[seen:] if r.outcome is None]
+            for name in ("a", "b"):
+                peaks[name] = max(peaks[name], sum(c.startswith(f"say {name}") for c in running))
+            peaks["all"] = max(peaks["all"], len(running))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        first = submit(client, [chat_line(f"a{i}") for i in range(30)])
+        second = submit(client, [chat_line(f"b{i}") for i in range(12)])
+        assert wait_status(client, first.id).status == "completed"
+        assert wait_status(client, second.id).status == "completed"
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert peaks["a"] <= 2 and peaks["b"] <= 2 and peaks["all"] <= 3, peaks
+    assert peaks["all"] == 3, peaks
