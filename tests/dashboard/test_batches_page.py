@@ -49,3 +49,12 @@ def test_live_json_refreshes_the_section(staff):
 
 def test_no_batches_says_so(staff):
     assert "No batches." in staff.get("/dashboard/batches/").content.decode()
+
+
+def test_the_admin_shows_batches_read_only(superuser):
+    batch("batch_admin", "completed", int(time.time()), total=1, completed=1)
+    listing = superuser.get("/admin/filestore/batch/")
+    assert listing.status_code == 200 and "batch_admin" in listing.content.decode()
+    assert superuser.get("/admin/filestore/batch/add/").status_code == 403
+    detail = superuser.get("/admin/filestore/batch/batch_admin/change/")
+    assert detail.status_code == 200 and 'name="_save"' not in detail.content.decode()
