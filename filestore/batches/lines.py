@@ -8,7 +8,7 @@ lines at a time; a longer line is an error of its own, never read whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ class TooLong(Exception):
     """A line longer than the limit."""
 
 
-def read_blocks(storage_name: str, limit: int) -> Iterator[list[tuple[int, bytes | None]]]:
+def read_blocks(storage_name: str, limit: int) -> Generator[list[tuple[int, bytes | None]], None, None]:
     """(line number from 1, the line or None when over `limit`) in blocks of
     BLOCK, blank lines left out. Sync: iterate it in a thread."""
     with file_storage().open(storage_name, "rb") as handle:
