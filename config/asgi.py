@@ -11,6 +11,8 @@
   docs/responses.md) is served by its own ASGI door (responsestore/door.py),
   like the files: it reads the DB (on its own thread) and takes no
   admission slot. POST `/v1/responses` itself is the direct door's.
+- `/v1/batches*` (docs/files.md) likewise by filestore/batches/door.py;
+  the tasks process runs the batches.
 - The rest of `/v1/*` and the probe endpoints go to a lean Django handler
   (config.lean): same URLconf and views, no middleware or thread hops.
 - Everything else (dashboard, admin, /status) goes through full Django.
@@ -49,6 +51,7 @@ from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
+from filestore.batches import door as batches_door  # noqa: E402
 from responsestore import door as stored_door  # noqa: E402
 from router.admission import precheck  # noqa: E402
 from router.core.errors import ShuttingDown  # noqa: E402
@@ -131,6 +134,8 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
             await files_door.serve(scope, guard.receive, guard.send)
         elif stored_door.handles(path):
             await stored_door.serve(scope, guard.receive, guard.send)
+        elif batches_door.handles(path):
+            await batches_door.serve(scope, guard.receive, guard.send)
         elif endpoint is not None:
             raw = await direct.read_request(scope, guard.receive, guard.send)
             if raw is None:  # refused (413) or gone

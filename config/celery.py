@@ -29,6 +29,8 @@ app.conf.beat_schedule = {
     # AppProxy worker: decides each second what is due (register, heartbeat
     # every heartbeat_period, pull every reconcile_interval; appproxy/tasks.py).
     "appproxy-tick": {"task": "appproxy.tick", "schedule": 1.0, "options": {"expires": 1.0}},
+    # Batches: start a runner for each unfinished batch no process holds (filestore/tasks.py).
+    "filestore-sweep-batches": {"task": "filestore.sweep_batches", "schedule": 2.0, "options": {"expires": 2.0}},
     # Per-key usage: the Redis buffer of the drainers → KeyUsage (keys/tasks.py).
     "keys-fold-usage": {"task": "keys.fold_usage", "schedule": 30.0, "options": {"expires": 30}},
     # Stored responses past ROUTER_RESPONSES_RETENTION_DAYS (responsestore/tasks.py).

@@ -157,6 +157,14 @@ ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))
 ROUTER_RESPONSES_RETENTION_DAYS = float(os.environ.get("ROUTER_RESPONSES_RETENTION_DAYS", "30"))
 ROUTER_RESPONSES_MAX_BYTES = int(os.environ.get("ROUTER_RESPONSES_MAX_BYTES", str(16 * 1024 * 1024)))
 ROUTER_RESPONSES_QUEUE_MAX = int(os.environ.get("ROUTER_RESPONSES_QUEUE_MAX", "1000"))
+# Batches (/v1/batches, docs/files.md), run by the tasks process: lines in
+# flight per batch and per tasks process, how long a runner's lease on its
+# batch lasts unrenewed (a killed runner's batch resumes after it), and the
+# most lines one input file may hold (OpenAI's).
+ROUTER_BATCH_CONCURRENCY = int(os.environ.get("ROUTER_BATCH_CONCURRENCY", "4"))
+ROUTER_BATCH_NODE_CONCURRENCY = int(os.environ.get("ROUTER_BATCH_NODE_CONCURRENCY", "16"))
+ROUTER_BATCH_LEASE_SECONDS = float(os.environ.get("ROUTER_BATCH_LEASE_SECONDS", "30"))
+ROUTER_BATCH_MAX_LINES = int(os.environ.get("ROUTER_BATCH_MAX_LINES", "50000"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

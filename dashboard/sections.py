@@ -18,7 +18,7 @@ from django.utils.safestring import mark_safe
 
 from router.runtime import Runtime, get_runtime
 
-from . import cluster, mirror, modes, recent, selectors, traffic
+from . import batches, cluster, mirror, modes, recent, selectors, traffic
 
 
 class Reading:
@@ -77,6 +77,7 @@ SECTIONS: dict[str, Section] = {
         Section("keys", "API keys", lambda r: selectors.key_rows(r.key_usage_day)),
         Section("top_keys", "Top users", lambda r: selectors.top_key_rows(r.key_usage_day)),
         Section("recent", "Recent requests", lambda r: recent.recent_requests()),
+        Section("batches", "Batches", lambda r: batches.batch_rows()),
         Section("events", "Recent events", lambda r: mirror.event_rows()),
         Section("router", "Router worker", lambda r: mirror.router_worker_data(r.router)),
         Section("publications", "Publications", lambda r: mirror.publications_data(r.router)),
@@ -103,6 +104,7 @@ PAGES: tuple[Page, ...] = (
     Page("circuits", "Circuits", ("circuits_off", "circuits"), needs="Circuit", modes=modes.ANY),
     Page("keys", "Keys", ("top_keys", "keys")),
     Page("requests", "Requests", ("recent",)),
+    Page("batches", "Batches", ("batches",)),
     Page("events", "Events", ("events_off", "events"), needs="EventRecord", modes=modes.ANY),
     Page("publications", "Publications", ("publications", "router"), needs="Publication", modes=(modes.ROUTER,)),
 )

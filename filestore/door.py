@@ -86,7 +86,7 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
     if method == "POST":
         await _create(scope, receive, send, owner, caller.key.name if caller.key is not None else "")
         return
-    if not await _drain(receive):
+    if not await drain(receive):
         return
     if not parts:
         await _list(scope, send, owner)
@@ -96,9 +96,9 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
         await _content(send, row)
     elif method == "DELETE":
         await services.file_delete(row)
-        await _json(send, wire.file_deleted(row.id))
+        await send_json(send, wire.file_deleted(row.id))
     else:
-        await _json(send, wire.file_object(row))
+        await send_json(send, wire.file_object(row))
 
 
 async def _create(scope: dict[str, Any], receive, send, owner: str, owner_name: str) -> None:
@@ -139,7 +139,7 @@ async def _upload(scope: dict[str, Any], receive, send, owner: str, owner_name: 
         row = await services.file_create(owner=owner, owner_name=owner_name, upload=file, purpose=purpose)
     finally:
         await asyncio.to_thread(file.close)
-    await _json(send, wire.file_object(row))
+    await send_json(send, wire.file_object(row))
 
 
 def _too_large_message(refusal: type[RouterError], max_file: int, left: int) -> str:
@@ -167,7 +167,7 @@ async def _list(scope: dict[str, Any], send, owner: str) -> None:
         after=query.get("after") or None,
         order=order,
     )
-    await _json(send, wire.file_list(rows, has_more=more))
+    await send_json(send, wire.file_list(rows, has_more=more))
 
 
 async def _content(send, row) -> None:
@@ -194,7 +194,7 @@ async def _content(send, row) -> None:
         await asyncio.to_thread(handle.close)
 
 
-async def _drain(receive) -> bool:
+async def drain(receive) -> bool:
     """Read a GET/DELETE's (empty) body to its end, so its body deadline
     stops; False if the client went away. What a client sends is ignored."""
     while True:
@@ -205,7 +205,7 @@ async def _drain(receive) -> bool:
             return True
 
 
-async def _json(send, payload: dict[str, Any]) -> None:
+async def send_json(send, payload: dict[str, Any]) -> None:
     body = orjson.dumps(payload)
     await send(
         {

@@ -73,7 +73,7 @@ def extract_key(headers: Mapping[str, str]) -> str | None:
 
 
 class KeyGate:
-    __slots__ = ("_keys", "_limiter", "blocking", "mode")
+    __slots__ = ("_keys", "_limiter", "_ring", "blocking", "mode")
 
     def __init__(
         self,
@@ -87,6 +87,7 @@ class KeyGate:
             )
         if keyring is None:
             keyring = EMPTY
+        self._ring = keyring if isinstance(keyring, Keyring) else Keyring(keyring.values())
         # One map read per request, no Mapping indirection.
         self._keys: Mapping[str, KeyRecord] = keyring.by_hash() if isinstance(keyring, Keyring) else dict(keyring)
         self.mode = mode
@@ -148,6 +149,31 @@ class KeyGate:
             allowed, retry_after = await self._limiter.acquire(
                 record.bucket, record.rate_limit, now
             )
+            if not allowed:
+                limited = RateLimited(headers={"Retry-After": str(retry_after)})
+                limited.key = record
+                raise limited
+        return record
+
+    async def admit_id(self, key_id: str, now: float, *, count: bool = True) -> KeyRecord | None:
+        """The key a job runs under that a request of this key queued (a
+        batch's lines): known by its record id, not its plaintext, which the
+        router never keeps. The same refusals as `admit` — a key revoked
+        since (401 invalid_api_key, or anonymous in open mode), expired, over
+        its rate limit — except the IP allowlist: a job has no client address
+        (the request that queued it was checked). `key_id` "" is anonymous;
+        `count` False checks the key without taking from its rate limit."""
+        record = self._ring.record_of(key_id) if key_id else None
+        if record is not None and record.expires_at is not None and record.expires_at <= now:
+            if self.blocking:
+                raise ExpiredApiKey()
+            return None
+        if record is None:
+            if self.blocking:
+                raise InvalidApiKey() if key_id else MissingApiKey()
+            return None
+        if count and record.rate_limit is not None and self._limiter is not None:
+            allowed, retry_after = await self._limiter.acquire(record.bucket, record.rate_limit, now)
             if not allowed:
                 limited = RateLimited(headers={"Retry-After": str(retry_after)})
                 limited.key = record

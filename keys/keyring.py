@@ -202,6 +202,12 @@ class Keyring(Mapping[str, KeyRecord]):
             return None
         return record
 
+    def record_of(self, key_id: str) -> KeyRecord | None:
+        """The record of a key by its id ("operator:<pk>", …), or None: for
+        work done on a key's behalf after its request (a batch's lines)."""
+        digest = self._by_id.get(key_id)
+        return None if digest is None else self._by_hash.get(digest)
+
     def __repr__(self) -> str:
         return f"<Keyring {len(self._by_hash)} keys>"
 

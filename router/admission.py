@@ -218,6 +218,7 @@ async def admit(
     headers: dict[str, str] | None = None,
     body: dict[str, Any] | None = None,
     obs: dict[str, Any] | None = None,
+    on_behalf: str | None = None,
 ) -> Caller:
     """Admit one request (steps 2–4 above); raises a RouterError to refuse it.
 
@@ -243,7 +244,7 @@ async def admit(
         obs["request_id"] = caller.request_id
     if body is not None:
         reject_path_selector(body)
-    if snap.ingress is not None:
+    if snap.ingress is not None and on_behalf is None:
         # Host → circuit: auth (JWT, IPs) is checked here, before any fallback;
         # a registered circuit pins its canonical model, which counts as known
         # even while it has no routes (LEG-5/6/7), and scopes selection to that
@@ -257,7 +258,10 @@ async def admit(
         if gate is not None:
             caller.gate = gate
             try:
-                caller.key = await gate.admit(headers, client_ip, time.time())
+                if on_behalf is None:
+                    caller.key = await gate.admit(headers, client_ip, time.time())
+                else:
+                    caller.key = await gate.admit_id(on_behalf, time.time())
             except RouterError as refusal:  # a 403/429 row still names its key
                 if refusal.key is not None and obs is not None:
                     note_key(obs, refusal.key)

@@ -80,6 +80,12 @@ class KeyGate(Protocol):
         """The key a request runs under (None = anonymous). Raises a RouterError on refusal."""
         ...
 
+    async def admit_id(self, key_id: str, now: float, *, count: bool = True) -> Any | None:
+        """The key a queued job (a batch line) runs under, by its record id
+        ("" = anonymous); the refusals of `admit` but the IP allowlist's
+        (`count` False: not counted against the key's rate limit)."""
+        ...
+
     def identify(self, headers: Mapping[str, str], now: float) -> None:
         """Before the body: raises the 401 a blocking gate gives a missing,
         unknown or expired key; no state is read or counted."""

@@ -140,7 +140,10 @@ class Runtime:
         self._candidates: dict[tuple[str, str | None], tuple[Candidate, ...]] = {}
 
     # -- lifecycle -------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, *, publish: bool = True) -> None:
+        """`publish`: this is a web process, shown in the cluster view
+        (router.cluster); the tasks process runs batch lines on a runtime of
+        its own (filestore.batchrun) and publishes its own, smaller record."""
         if self._started:
             return
         self._started = True
@@ -155,8 +158,9 @@ class Runtime:
             asyncio.create_task(self._listen(), name="router-notice-listener"),
             asyncio.create_task(self._poll(), name="router-safety-poll"),
             asyncio.create_task(observe.run_drainer(states=self.states), name="router-observations"),
-            asyncio.create_task(cluster.run_publisher(self), name="router-cluster-state"),
         ]
+        if publish:
+            self._tasks.append(asyncio.create_task(cluster.run_publisher(self), name="router-cluster-state"))
 
     async def stop(self) -> None:
         for task in self._tasks:

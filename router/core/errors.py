@@ -165,6 +165,11 @@ class PreviousResponseNotFound(NotFound):
     message = "The previous response was not found."
 
 
+class BatchNotFound(NotFound):
+    code = "batch_not_found"
+    message = "No such batch."
+
+
 class EndpointNotFound(NotFound):
     code = "endpoint_not_found"
     message = "No endpoint is registered for this host."
@@ -179,6 +184,13 @@ class MethodNotAllowed(RouterError):
 
 
 # 413
+class BatchNotCancellable(RouterError):
+    status = 409
+    type = "invalid_request_error"
+    code = "batch_not_cancellable"
+    message = "The batch has ended and can no longer be cancelled."
+
+
 class RequestTooLarge(RouterError):
     status = 413
     type = "invalid_request_error"

@@ -46,13 +46,18 @@ async def handle(request: HttpRequest, endpoint: str) -> HttpResponseBase:
 
 
 async def routed_or_refusal(
-    call: Request, endpoint: str, body: bytes | Callable[[dict[str, str], Snapshot], bytes]
+    call: Request,
+    endpoint: str,
+    body: bytes | Callable[[dict[str, str], Snapshot], bytes],
+    *,
+    on_behalf: str | None = None,
 ) -> Routed | RouterError:
     """Steps 1–4 for one request: the routed answer, or the (observed) refusal.
 
     `call` is what admission reads (a Django request, or an
     `admission.Call` around the ASGI scope); `body` is the raw body, or how to read
-    it once the headers and the snapshot are known."""
+    it once the headers and the snapshot are known; `on_behalf` admits a
+    queued job as the key that queued it (admission.admit)."""
     started = time.perf_counter()
     obs: dict[str, Any] = {"endpoint": endpoint, "frontend": "openai"}
     trace = None
@@ -65,7 +70,7 @@ async def routed_or_refusal(
         raw = body if isinstance(body, bytes) else body(headers, snap)
         parsed, model, stream = parse_body(raw, endpoint, snap.max_body_bytes)
         obs["model"] = model
-        caller = await admit(call, snap, headers=headers, body=parsed, obs=obs)
+        caller = await admit(call, snap, headers=headers, body=parsed, obs=obs, on_behalf=on_behalf)
         target = caller.pinned or model
         caller.check_model(target)
         kept = None

@@ -29,6 +29,7 @@ PAGES = (
     "/dashboard/circuits/",
     "/dashboard/keys/",
     "/dashboard/requests/",
+    "/dashboard/batches/",
     "/dashboard/events/",
     "/dashboard/publications/",
 )

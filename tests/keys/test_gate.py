@@ -289,3 +289,36 @@ def test_gate_for_switches_the_limiter_when_the_scope_changes(settings):
     assert cluster.limiter.prefix == settings.ROUTER_REDIS_PREFIX + "ratelimit:"
     back = gate_for(_snap(), cluster)
     assert isinstance(back.limiter, NodeLimiter) and back.limiter is not node.limiter
+
+
+# -- a queued job run on a key's behalf (batch lines): by record id ----------
+
+
+async def test_admit_id_runs_a_job_as_the_key_that_queued_it(blocking):
+    """The record of the id; its expiry and rate limit apply, not its IP
+    allowlist (a job has no client address)."""
+    assert (await blocking.admit_id("operator:1", NOW)).id == "operator:1"
+    assert (await blocking.admit_id("operator:3", NOW)).id == "operator:3"
+    with pytest.raises(ExpiredApiKey):
+        await blocking.admit_id("operator:2", NOW)
+
+
+async def test_admit_id_refuses_a_key_gone_since_or_no_key_when_blocking():
+    gate = KeyGate(RING, "blocking", NodeLimiter())
+    with pytest.raises(InvalidApiKey):
+        await gate.admit_id("operator:99", NOW)
+    with pytest.raises(MissingApiKey):
+        await gate.admit_id("", NOW)
+    opened = KeyGate(RING, "open", NodeLimiter())
+    assert await opened.admit_id("operator:99", NOW) is None
+    assert await opened.admit_id("", NOW) is None
+
+
+async def test_admit_id_counts_against_the_rate_limit_unless_told_not_to():
+    gate = KeyGate(RING, "blocking", NodeLimiter())
+    for _ in range(5):
+        assert await gate.admit_id("operator:4", NOW, count=False) is not None
+    await gate.admit_id("operator:4", NOW)
+    await gate.admit_id("operator:4", NOW)
+    with pytest.raises(RateLimited):
+        await gate.admit_id("operator:4", NOW)

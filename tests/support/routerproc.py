@@ -115,15 +115,26 @@ class RouterProc:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def start_tasks(self) -> None:
+        """The node's tasks process (Celery worker + beat), as `runnode` runs it."""
+        self.tasks = subprocess.Popen(
+            [PY, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "threads", "--concurrency", "2",
+             "--loglevel", "INFO", "--without-mingle", "--without-gossip", "--without-heartbeat",
+             "-n", f"{self.prefix}{self.port}@%h", "--schedule", str(self.dir / f"celerybeat-{self.port}")],
+            cwd=ROOT, env=self.env, stdout=self.tasks_log_path.open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill_tasks(self) -> None:
+        """SIGKILL the tasks process (its whole group): a crash, nothing cleaned up."""
+        tasks, self.tasks = self.tasks, None
+        if tasks is not None:
+            os.killpg(tasks.pid, signal.SIGKILL)
+            tasks.wait(10)
+
     def start(self, timeout: float = 60.0, *, wait_ready: bool = True) -> RouterProc:
         if self.with_tasks and self.tasks is None:
-            self.tasks = subprocess.Popen(
-                [PY, "-m", "celery", "-A", "config", "worker", "-B", "--pool", "threads", "--concurrency", "2",
-                 "--loglevel", "INFO", "--without-mingle", "--without-gossip", "--without-heartbeat",
-                 "-n", f"{self.prefix}{self.port}@%h", "--schedule", str(self.dir / f"celerybeat-{self.port}")],
-                cwd=ROOT, env=self.env, stdout=self.tasks_log_path.open("ab"), stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self.start_tasks()
         if self.server == "uvicorn":
             cmd = [PY, "-m", "uvicorn", "config.asgi:application", "--port", str(self.port),
                    "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "5",

@@ -20,7 +20,7 @@ def test_every_error_renders_openai_shape(cls):
 
 def test_catalogue_statuses_are_the_documented_set():
     statuses = {cls.status for cls in catalogue()}
-    assert statuses == {400, 401, 403, 404, 405, 413, 415, 429, 500, 502, 503, 504}
+    assert statuses == {400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 502, 503, 504}
 
 
 def test_codes_are_unique_per_status():
