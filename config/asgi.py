@@ -4,6 +4,10 @@
   `/v1/completions`, `/v1/embeddings`, `/v1/responses`) is served straight on
   ASGI (router/frontends/direct.py): the same door, no Django request or
   response.
+- `POST` on the rest of the OpenAI surface (`/v1/images/*`, `/v1/audio/*`,
+  `/v1/moderations`, `/v1/rerank`, `/v1/score`, and vLLM's `/rerank` and
+  `/v2/rerank` outside `/v1`) is served the same way through the surface door
+  (router/frontends/surface.py); another method there is a 405.
 - `/v1/files*` (the Files API, docs/files.md) is served by its own ASGI door
   (filestore/door.py): it may use the DB and storage, takes no admission
   slot, and its body has ROUTER_FILES_BODY_TIMEOUT to arrive.
@@ -46,8 +50,7 @@ from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
 from router.admission import precheck  # noqa: E402
-from router.core.errors import ShuttingDown  # noqa: E402
-from router.core.errors import MethodNotAllowed  # noqa: E402
+from router.core.errors import MethodNotAllowed, ShuttingDown  # noqa: E402
 from router.frontends import direct, surface  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 

@@ -76,7 +76,8 @@ class Form:
             name = part.get_param("name", header="content-disposition")
             if not isinstance(name, str):
                 continue
-            payload = part.get_payload(decode=True) or b""
+            raw = part.get_payload(decode=True)
+            payload = raw if isinstance(raw, bytes) else b""
             filename = part.get_filename()
             if filename is not None:
                 self.files.setdefault(name, []).append((filename, payload))
@@ -274,11 +275,9 @@ class Media:
         if not isinstance(query, str) or not isinstance(documents, list) or not documents:
             return _error(400, "'query' and 'documents' are required", "documents")
         top_n = data.get("top_n") or len(documents)
-        scored = sorted(
-            ({"index": i, "document": {"text": d}, "relevance_score": _relevance(query, str(d))}
-             for i, d in enumerate(documents)),
-            key=lambda r: -r["relevance_score"],
-        )
+        scores = [_relevance(query, str(d)) for d in documents]
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])
+        scored = [{"index": i, "document": {"text": documents[i]}, "relevance_score": scores[i]} for i in order]
         tokens = count_tokens(query, *map(str, documents))
         return _json(
             {

@@ -1,7 +1,9 @@
 """The OpenAI door served straight on ASGI: no Django request or response.
 
 `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and
-`/v1/responses` are most of a router's traffic. For them the ASGI entry point
+`/v1/responses` are most of a router's traffic (the rest of the OpenAI
+surface, router/frontends/surface.py, is served the same way with its own
+door: `serve(…, door=…)`). For them the ASGI entry point
 (config/asgi.py) calls `read_request` (the body, before the request takes
 an admission slot) and then `serve` instead of the lean Django handler: the
 same door (`openai.routed_or_refusal`: parse, admit, route), the same
