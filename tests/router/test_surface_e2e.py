@@ -151,15 +151,18 @@ def test_translation(client, servers):
     assert posts(servers["a"])[0].path == "/v1/audio/translations"
 
 
-def test_speech_is_relayed_chunk_by_chunk(client, servers):
+@pytest.mark.parametrize("model", ["m", "public"])
+def test_speech_is_relayed_chunk_by_chunk(client, servers, model):
     """The audio's first bytes reach the client while the backend still holds
-    the rest back: the router relays, never gathers, a binary answer."""
+    the rest back: the router relays, never gathers, a binary answer (even
+    under a served name, where a JSON answer would be read whole to put the
+    client's name back)."""
     a = servers["a"]
     hold = a.behavior.hold = threading.Event()
     a.behavior.chunks = 4
     chunk = [f"[a:{i}:hello]".encode() + bytes(range(256)) * 4 for i in range(4)]
     try:
-        with client.audio.speech.with_streaming_response.create(model="m", voice="alloy", input="hello") as resp:
+        with client.audio.speech.with_streaming_response.create(model=model, voice="alloy", input="hello") as resp:
             assert resp.headers["content-type"] == "audio/mpeg"
             got = b""
             pieces = resp.iter_bytes()
@@ -173,6 +176,16 @@ def test_speech_is_relayed_chunk_by_chunk(client, servers):
     finally:
         hold.set()
     assert got == b"".join(chunk)
+
+
+def test_speech_under_a_served_name(client, servers):
+    """The backend's served name goes upstream; the audio comes back whole and untouched."""
+    servers["a"].behavior.chunks = 3
+    audio = client.audio.speech.create(model="public", voice="alloy", input="hi", response_format="wav")
+    assert audio.content == b"".join(f"[a:{i}:hi]".encode() + bytes(range(256)) * 4 for i in range(3))
+    assert audio.response.headers["content-type"] == "audio/wav"
+    (received,) = posts(servers["a"])
+    assert received.json["model"] == "internal/served" and received.path == "/v1/audio/speech"
 
 
 def test_speech_client_gone_closes_the_upstream(stack, servers):
