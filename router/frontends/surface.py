@@ -33,7 +33,7 @@ from ..admission import Request, admit, headers_of, ready_snapshot
 from ..core.errors import DuplicateKey, InvalidRequest, MissingModel, RequestTooLarge, RouterError, UnsupportedMediaType
 from ..multipart import boundary_of, read_form
 from ..pipeline import Routed, refused, route
-from ..request import Envelope, loads_object
+from ..request import Envelope, check_content_type, loads_object
 
 # What an answer may be (`Surface.answer`): JSON; any media type (a
 # transcription as text, SRT or VTT); or binary audio, always relayed as it
@@ -126,9 +126,7 @@ def _parsed(surface: Surface, raw: bytes, content_type: str) -> tuple[dict[str, 
         notes["form"] = form
         stream = body.get("stream", "false") in _TRUE
     else:
-        media = content_type.partition(";")[0].strip().lower()
-        if media and media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-            raise UnsupportedMediaType(f"Content-Type '{media[:100]}' is not accepted; the body must be JSON.")
+        check_content_type(content_type)
         body = loads_object(raw)
         stream = body.get("stream", False)
         if stream is None:

@@ -301,6 +301,9 @@ def test_bad_requests_are_openai_shaped(stack, servers):
     assert (r.status_code, r.json()["error"]["code"], r.headers["allow"]) == (405, "method_not_allowed", "POST")
     r = httpx.get(url + "/rerank", headers=headers, timeout=60)
     assert r.status_code == 405
+    r = httpx.post(url + "/v1/images/generations/", headers=headers, json={"model": "m", "prompt": "x"}, timeout=60)
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "not_found")
+    assert "Did you mean /v1/images/generations?" in r.json()["error"]["message"]
     assert posts(servers["a"]) == []
 
 
