@@ -3,7 +3,8 @@
 Real wire formats (OpenAI's API reference, as the official SDK's types
 read them; vLLM's rerank and score protocol):
 
-- `POST /v1/images/generations` (JSON), `/v1/images/edits` and
+- `POST /v1/images/generations` (JSON; `stream: true` gives the
+  `image_generation.partial_image` / `.completed` events), `/v1/images/edits` and
   `/v1/images/variations` (multipart: `image` or `image[]` files, `prompt`):
   an `ImagesResponse` (`created`, `data` of `b64_json` or `url` images,
   `usage` for edits and generations);
@@ -150,7 +151,23 @@ class Media:
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             return _error(400, "'prompt' is a required property", "prompt")
+        if data.get("stream") is True:
+            return await self._image_stream(request, data, prompt)
         return _json(self._images(data.get("n"), data.get("response_format"), prompt))
+
+    async def _image_stream(self, request: web.Request, data: dict[str, Any], prompt: str) -> web.StreamResponse:
+        """`stream: true`: `partial_images` partial events, then the completed one."""
+        w = await self.fake._stream(request)
+        common = {"background": "opaque", "created_at": int(time.time()), "output_format": "png",
+                  "quality": "low", "size": "1024x1024", "b64_json": base64.b64encode(PNG).decode()}
+        partials = data.get("partial_images")
+        for i in range(partials if isinstance(partials, int) and 0 < partials <= 3 else 0):
+            event = {"type": "image_generation.partial_image", "partial_image_index": i, **common}
+            await w.send(b"event: image_generation.partial_image\ndata: " + orjson.dumps(event) + b"\n\n")
+        usage = self._images(1, None, prompt)["usage"]
+        done = {"type": "image_generation.completed", "usage": usage, **common}
+        await w.send(b"event: image_generation.completed\ndata: " + orjson.dumps(done) + b"\n\n")
+        return await w.finish()
 
     async def image_edits(self, request: web.Request) -> web.Response:
         form, err = await self._form(request)

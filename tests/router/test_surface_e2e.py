@@ -99,6 +99,15 @@ def test_image_generation_is_relayed_byte_for_byte(client, servers):
     assert "authorization" not in received.headers  # the client's key never goes upstream
 
 
+def test_image_generation_stream_under_a_served_name(client, servers):
+    """`stream: true`: the backend's events come through as SSE, the served name only upstream."""
+    events = list(client.images.generate(model="public", prompt="p", stream=True, partial_images=2))
+    assert [e.type for e in events] == ["image_generation.partial_image"] * 2 + ["image_generation.completed"]
+    assert base64.b64decode(events[-1].b64_json) == PNG and events[-1].usage.total_tokens > 0
+    (received,) = posts(servers["a"])
+    assert received.json["model"] == "internal/served" and received.json["stream"] is True
+
+
 def test_image_edit_multipart_reaches_the_backend_whole(client, servers):
     """A multipart edit: the file bytes and every field reach the backend unchanged."""
     image = PNG + b"\x00" * 5000
