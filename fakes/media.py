@@ -143,7 +143,7 @@ class Media:
             },
         }
 
-    async def image_generations(self, request: web.Request) -> web.Response:
+    async def image_generations(self, request: web.Request) -> web.StreamResponse:
         data, err = await self._json_body(request)
         if err is not None:
             return err
