@@ -267,7 +267,7 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             try:
                 if "surface" in env.notes and not serves(spec.kind, env.endpoint):
                     raise UnsupportedEndpoint(
-                        f"/v1/{env.endpoint} is not served by backends of kind '{spec.kind}' (the backend selected "
+                        f"{env.notes.get('path')} is not served by backends of kind '{spec.kind}' (the backend selected "
                         f"for '{target}'); only OpenAI-compatible kinds pass it through.",
                     )
                 ex = await provider.start(rt, spec, sent, target)

@@ -11,6 +11,12 @@ line). A 2xx answer must be what the request asked for — SSE for `stream:
 true`, JSON otherwise — or it is a bad answer, retried elsewhere (`send`'s
 `expect`). Probed at health.path (`/v1/models` by default), which is also
 its model listing.
+
+The rest of the OpenAI surface (images, audio, moderations, vLLM's rerank and
+score: router/frontends/surface.py) goes to the same path on the server, a
+multipart form with its own Content-Type and only its `model` value replaced;
+an answer that is not JSON (a transcription as text, speech audio) is taken
+as it is, and audio is always relayed chunk by chunk, never held.
 """
 
 from __future__ import annotations

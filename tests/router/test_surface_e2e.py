@@ -262,7 +262,7 @@ def test_a_failed_backend_is_retried_with_the_whole_form(client, servers):
 
 
 @pytest.mark.parametrize(("model", "kind", "server"), [("claude-m", "anthropic", "claude"), ("llama-m", "ollama", "llama")])
-def test_a_kind_without_the_endpoint_is_400_before_any_upstream_call(client, servers, model, kind, server):
+def test_a_kind_without_the_endpoint_is_400_before_any_upstream_call(stack, client, servers, model, kind, server):
     with pytest.raises(openai.BadRequestError) as err:
         client.images.generate(model=model, prompt="x")
     assert err.value.body["code"] == "unsupported_endpoint"
@@ -270,6 +270,10 @@ def test_a_kind_without_the_endpoint_is_400_before_any_upstream_call(client, ser
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.transcriptions.create(model=model, file=("a.wav", AUDIO, "audio/wav"))
     assert err.value.body["code"] == "unsupported_endpoint"
+    r = httpx.post(stack[0].url + "/v2/rerank", json={"model": model, "query": "q", "documents": ["d"]},
+                   headers=bearer(stack), timeout=60)
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "unsupported_endpoint")
+    assert r.json()["error"]["message"].startswith(f"/v2/rerank is not served by backends of kind '{kind}'")
     assert posts(servers[server]) == []
 
 
