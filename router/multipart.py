@@ -26,7 +26,7 @@ PARTS_MAX = 1000
 HEAD_MAX = 16 * 1024
 
 _BOUNDARY = re.compile(r'boundary=(?:"([^"]{1,200})"|([^;\s]{1,200}))', re.IGNORECASE)
-_NAME = re.compile(rb'[;\s]name="([^"]*)"', re.IGNORECASE)
+_NAME = re.compile(rb'[;\s]name=(?:"([^"]*)"|([^;\s"]+))', re.IGNORECASE)
 _FILENAME = re.compile(rb'[;\s]filename\*?=', re.IGNORECASE)
 
 
@@ -97,7 +97,7 @@ def _part(
     named = _NAME.search(disposition)
     if named is None:
         raise InvalidRequest("A part of the multipart body has no Content-Disposition name.")
-    name = named.group(1).decode("utf-8", "replace")
+    name = (named.group(1) if named.group(1) is not None else named.group(2)).decode("utf-8", "replace")
     if _FILENAME.search(disposition) is not None:
         files.append(name)
     elif name in fields:

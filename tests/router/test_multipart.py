@@ -50,6 +50,11 @@ def test_a_file_that_contains_field_like_bytes_is_not_read_as_fields():
     assert form.fields == {"model": "m"} and form.files == ("file",)
 
 
+def test_an_unquoted_name_is_read_too():
+    body = b"--zz\r\nContent-Disposition: form-data; name=model\r\n\r\nm\r\n--zz--\r\n"
+    assert read_form(body, "zz").fields == {"model": "m"}
+
+
 def test_repeated_fields_and_large_ones():
     body, content_type = encoded(
         {"model": "m", "timestamp_granularities[]": ["word", "segment"], "prompt": "x" * (FIELD_MAX + 1)},
