@@ -4,6 +4,10 @@
   `/v1/completions`, `/v1/embeddings`, `/v1/responses`) is served straight on
   ASGI (router/frontends/direct.py): the same door, no Django request or
   response.
+- `POST` on the rest of the OpenAI surface (`/v1/images/*`, `/v1/audio/*`,
+  `/v1/moderations`, `/v1/rerank`, `/v1/score`, and vLLM's `/rerank` and
+  `/v2/rerank` outside `/v1`) is served the same way through the surface door
+  (router/frontends/surface.py); another method there is a 405.
 - `/v1/files*` (the Files API, docs/files.md) is served by its own ASGI door
   (filestore/door.py): it may use the DB and storage, takes no admission
   slot, and its body has ROUTER_FILES_BODY_TIMEOUT to arrive.
@@ -54,8 +58,8 @@ from filestore import door as files_door  # noqa: E402
 from filestore.batches import door as batches_door  # noqa: E402
 from responsestore import door as stored_door  # noqa: E402
 from router.admission import precheck  # noqa: E402
-from router.core.errors import ShuttingDown  # noqa: E402
-from router.frontends import direct  # noqa: E402
+from router.core.errors import MethodNotAllowed, ShuttingDown  # noqa: E402
+from router.frontends import direct, surface  # noqa: E402
 from router.runtime import get_runtime  # noqa: E402
 
 lean_app = LeanASGIHandler()
@@ -63,6 +67,7 @@ lean_app = LeanASGIHandler()
 static_app = StaticFiles(django_app)  # what is no static file is a 404 (config/statics.py)
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 DIRECT = direct.PATHS
+SURFACE = surface.PATHS  # images, audio, moderations, rerank, score (also /rerank, /v2/rerank)
 server.settle_gc()  # what the imports built is kept for the process's life
 server.share_the_interpreter()  # the loop waits at most ~1 ms for a busy thread
 
@@ -80,7 +85,7 @@ async def application(scope, receive, send):
     if kind == "http":
         await get_runtime().start()  # idempotent: returns at once after the first call
         path = scope["path"]
-        if path.startswith("/v1/"):
+        if path.startswith("/v1/") or path in surface.ROOT_PATHS:
             await serve_v1(scope, receive, send, path, lim)
         elif path in LEAN_PATHS:
             await lean_app(scope, receive, send)
@@ -129,7 +134,15 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
         lim = dataclasses.replace(lim, body_timeout_s=max(lim.body_timeout_s, settings.ROUTER_FILES_BODY_TIMEOUT))
     guard = Guard(scope, receive, send, body_s=lim.body_timeout_s, send_s=lim.send_timeout_s)
     try:
-        endpoint = DIRECT.get(path) if scope["method"] == "POST" else None
+        post = scope["method"] == "POST"
+        endpoint = DIRECT.get(path) if post else None
+        door = None
+        if endpoint is None and path in SURFACE:
+            if not post:
+                refusal = MethodNotAllowed(f"Method {scope['method']} is not allowed on {path}.", headers={"Allow": "POST"})
+                await direct.send_error(guard.send, refusal)
+                return
+            endpoint, door = path, surface.routed_or_refusal
         if files:
             await files_door.serve(scope, guard.receive, guard.send)
         elif stored_door.handles(path):
@@ -144,7 +157,7 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
                 await server.send_overloaded(guard.send, lim)
                 return
             try:
-                await direct.serve(scope, guard.receive, guard.send, endpoint, raw)
+                await direct.serve(scope, guard.receive, guard.send, endpoint, raw, door)
             finally:
                 server.admission.leave()
         else:

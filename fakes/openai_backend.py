@@ -6,7 +6,8 @@
 Endpoints: GET /v1/models, GET /health, POST /v1/chat/completions,
 /v1/completions, /v1/embeddings, /v1/responses (each streaming as OpenAI
 does: SSE `data:` frames ending in `data: [DONE]`, or typed `event:` frames
-for the Responses API).  Every response carries `x-backend-name`; the reply
+for the Responses API); and the rest of the surface (fakes/media.py):
+/v1/images/*, /v1/audio/*, /v1/moderations, vLLM's rerank and score.  Every response carries `x-backend-name`; the reply
 text says "Hello from <name>." and `model` echoes the request (as vLLM does).
 Any model name is accepted; `models` is what /v1/models lists.
 A stream with `stream_options.include_usage` ends with the usage chunk
@@ -46,6 +47,7 @@ import orjson
 from aiohttp import web
 
 from .kvcache import PromptCache
+from .media import add_routes as add_media_routes
 from .server import (
     FAKE_KEY,
     JSON_CT,
@@ -724,6 +726,7 @@ def make_app(
     r.add_post("/v1/chat/completions", fake.chat)
     r.add_post("/v1/completions", fake.completions)
     r.add_post("/v1/embeddings", fake.embeddings)
+    add_media_routes(r, fake)
     if responses_status is None:
         r.add_post("/v1/responses", fake.responses)
     else:

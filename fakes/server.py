@@ -138,6 +138,10 @@ class Behavior:
     # answered as llama.cpp's server answers while it loads its model: 503
     # {"error": {"message": "Loading model", ...}} (fakes/openai_backend.py).
     loading_until: float = 0.0
+    # A stream that honours it (the speech audio, fakes/media.py) waits after
+    # its first chunk until this event is set: a test sees the first bytes
+    # arrive while the backend is still answering, with no timing involved.
+    hold: threading.Event | None = None
 
     def reset(self) -> None:
         fresh = Behavior()

@@ -23,7 +23,7 @@ from django.urls import URLPattern, re_path
 from ninja import NinjaAPI
 
 from .core.errors import MethodNotAllowed, NotFound
-from .frontends import messages, models, openai
+from .frontends import messages, models, openai, surface
 from .frontends.responses import error_response
 
 api = NinjaAPI(
@@ -102,7 +102,7 @@ async def unknown(request: HttpRequest, rest: str = "") -> HttpResponseBase:
     """Any other path under /v1: 404, OpenAI-shaped (Anthropic-shaped under /v1/messages)."""
     if rest.startswith("messages"):
         return messages.unknown(request, rest)
-    served = {str(p.pattern).rstrip("/") for p in _ROUTES}
+    served = {str(p.pattern).rstrip("/") for p in _ROUTES} | {p.removeprefix("/v1/") for p in surface.PATHS}
     hint = f"Did you mean /v1/{rest.rstrip('/')}? " if rest.endswith("/") and rest.rstrip("/") in served else ""
     return error_response(NotFound(f"Unknown path /v1/{rest}. {hint}See /v1/models for what this router serves."))
 

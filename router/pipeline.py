@@ -37,6 +37,7 @@ from .core.errors import (
     CapacityExhausted,
     NoBackendAvailable,
     RouterError,
+    UnsupportedEndpoint,
     UpstreamError,
     UpstreamQuotaExhausted,
     UpstreamTimeout,
@@ -44,7 +45,7 @@ from .core.errors import (
 from .core.health import BackendState
 from .core.kvindex import chain as block_chain
 from .core.selection import CACHE_AWARE, KEYED, Candidate, all_at_capacity, prefix_key, prompt_text
-from .providers import provider_for
+from .providers import provider_for, serves
 from .providers.base import Exchange, Renders, UpstreamFailed
 from .quotas import retry_after
 from .request import Envelope
@@ -286,6 +287,11 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             # made afresh each attempt, so a retry never gets it twice.
             sent = global_prompts.applied(env, snap.prompts, target, spec.name, obs)
             try:
+                if "surface" in env.notes and not serves(spec.kind, env.endpoint):
+                    raise UnsupportedEndpoint(
+                        f"{env.notes.get('path')} is not served by backends of kind '{spec.kind}' (the backend selected "
+                        f"for '{target}'); only OpenAI-compatible kinds pass it through.",
+                    )
                 ex = await provider.start(rt, spec, sent, target)
             except UpstreamFailed as failure:
                 rt.release(state, ok=False)

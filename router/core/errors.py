@@ -72,6 +72,11 @@ class UnsupportedParameter(InvalidRequest):
     message = "A parameter is not supported by the selected provider."
 
 
+class UnsupportedEndpoint(InvalidRequest):
+    code = "unsupported_endpoint"
+    message = "The selected provider does not serve this endpoint."
+
+
 class DuplicateKey(InvalidRequest):
     code = "duplicate_key"
     message = "The request body has a top-level key more than once."

@@ -1,7 +1,9 @@
 """The OpenAI door served straight on ASGI: no Django request or response.
 
 `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings` and
-`/v1/responses` are most of a router's traffic. For them the ASGI entry point
+`/v1/responses` are most of a router's traffic (the rest of the OpenAI
+surface, router/frontends/surface.py, is served the same way with its own
+door: `serve(…, door=…)`). For them the ASGI entry point
 (config/asgi.py) calls `read_request` (the body, before the request takes
 an admission slot) and then `serve` instead of the lean Django handler: the
 same door (`openai.routed_or_refusal`: parse, admit, route), the same
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -60,6 +63,9 @@ PATHS: dict[str, str] = {
     "/v1/embeddings": "embeddings",
     "/v1/responses": "responses",
 }
+
+# A door: (the request, its endpoint or path, its body) → the routed answer or the refusal.
+Door = Callable[[Call, str, bytes], Awaitable[Routed | RouterError]]
 
 _JSON = b"application/json"
 _EVENT_STREAM_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
@@ -205,15 +211,19 @@ async def send_head_refusal(scope: dict[str, Any], send, exc: RouterError) -> No
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve(scope: dict[str, Any], receive, send, endpoint: str, raw: bytes) -> None:
-    """Answer one POST on an OpenAI path whose body `read_request` read (see the module doc)."""
+async def serve(scope: dict[str, Any], receive, send, endpoint: str, raw: bytes, door: Door | None = None) -> None:
+    """Answer one POST on an OpenAI path whose body `read_request` read (see the module doc).
+
+    `door` is what parses, admits and routes it: the inference door
+    (`openai.routed_or_refusal`) by default, the surface's for its paths
+    (router/frontends/surface.py, called with the path)."""
     task = asyncio.current_task()
     assert task is not None
     watch = _Watch(receive, task)
     timer = asyncio.get_running_loop().call_later(LISTEN_AFTER, watch.start)
     routed: Routed | None = None  # set: the relay owns the answer (it refuses what it can before it begins)
     try:
-        result = await openai.routed_or_refusal(Call(scope), endpoint, raw)
+        result = await (door or openai.routed_or_refusal)(Call(scope), endpoint, raw)
         if isinstance(result, RouterError):
             await send_error(send, result)
             return

@@ -76,6 +76,20 @@ RESPONSES_KINDS: frozenset[str] = frozenset(
 )
 
 
+# What each kind serves of the rest of the OpenAI surface (images, audio,
+# moderations, rerank, score: router/frontends/surface.py): a provider's
+# `surface`, the endpoints it passes through; none for a provider without one.
+SURFACE_BY_KIND: Mapping[str, frozenset[str]] = {
+    kind: getattr(provider, "surface", frozenset()) for provider in PROVIDERS for kind in provider.kinds
+}
+
+
+def serves(kind: str, endpoint: str) -> bool:
+    """A backend of `kind` serves surface endpoint `endpoint` (a kind no
+    provider claims is served as OpenAI-compatible, as for every endpoint)."""
+    return endpoint in SURFACE_BY_KIND.get(kind, getattr(_DEFAULT, "surface", frozenset()))
+
+
 def provider_for(kind: str) -> Provider:
     """The provider that executes a request on a backend of `kind`."""
     return BY_KIND.get(kind, _DEFAULT)
@@ -120,6 +134,7 @@ __all__ = [
     "KINDS",
     "PROVIDERS",
     "RESPONSES_KINDS",
+    "SURFACE_BY_KIND",
     "Provider",
     "listed_models",
     "load_url",
@@ -127,4 +142,5 @@ __all__ = [
     "probe_headers",
     "probe_url",
     "provider_for",
+    "serves",
 ]

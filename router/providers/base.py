@@ -140,6 +140,8 @@ class Wrapper:
         self.inner = inner
         self.kinds: frozenset[str] = inner.kinds
         self.path: str = inner.path
+        # The rest of the OpenAI surface it passes through (providers.serves).
+        self.surface: frozenset[str] = getattr(inner, "surface", frozenset())
 
     def probe_url(self, spec: BackendSpec, path: str) -> str | None:
         return self.inner.probe_url(spec, path)

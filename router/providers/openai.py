@@ -11,6 +11,12 @@ line). A 2xx answer must be what the request asked for — SSE for `stream:
 true`, JSON otherwise — or it is a bad answer, retried elsewhere (`send`'s
 `expect`). Probed at health.path (`/v1/models` by default), which is also
 its model listing.
+
+The rest of the OpenAI surface (images, audio, moderations, vLLM's rerank and
+score: router/frontends/surface.py) goes to the same path on the server, a
+multipart form with its own Content-Type and only its `model` value replaced;
+an answer that is not JSON (a transcription as text, speech audio) is taken
+as it is, and audio is always relayed chunk by chunk, never held.
 """
 
 from __future__ import annotations
@@ -43,9 +49,27 @@ def api_base(spec: BackendSpec) -> str:
     return spec.url if spec.url.endswith("/v1") else spec.url + "/v1"
 
 
+def server_root(spec: BackendSpec) -> str:
+    """The server's root: the URL without the `/v1` it may end with."""
+    base = spec.url.rstrip("/")
+    return base[:-3] if base.endswith("/v1") else base
+
+
 def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
     forwarded = {name: env.headers[name] for name in _FORWARD if name in env.headers}
-    return provider_headers(spec, forwarded)
+    headers = provider_headers(spec, forwarded)
+    if "form" in env.notes:  # a multipart body goes with its own Content-Type (its boundary)
+        headers["content-type"] = env.headers["content-type"]
+    return headers
+
+
+def _surface_body(env: Envelope, served: str) -> bytes:
+    """A surface endpoint's body (router/frontends/surface.py): the client's
+    bytes, with only the form's `model` value replaced when it differs."""
+    form = env.notes.get("form")
+    if form is None:
+        return request_body(env, served)
+    return env.raw if served == env.model else form.with_value("model", served)
 
 
 def request_body(env: Envelope, served: str, ask_usage: bool = False) -> bytes:
@@ -57,6 +81,23 @@ def request_body(env: Envelope, served: str, ask_usage: bool = False) -> bytes:
     body["model"] = served
     return orjson.dumps(body)
 
+
+# The rest of the OpenAI surface (router/frontends/surface.py), passed through
+# to the same path on the backend; what each answers (`Surface.answer`) says
+# how it is relayed. The audio of /v1/audio/speech is always relayed as it comes.
+SURFACE = frozenset(
+    {
+        "images/generations",
+        "images/edits",
+        "images/variations",
+        "audio/transcriptions",
+        "audio/translations",
+        "audio/speech",
+        "moderations",
+        "rerank",
+        "score",
+    }
+)
 
 _CLOUD_KINDS = frozenset({"openai_api", "seulgivibe_claude", "seulgivibe_openai"})
 
@@ -77,6 +118,7 @@ class OpenAIProvider:
         }
     )
     path = "passthrough"
+    surface = SURFACE
 
     def probe_url(self, spec: BackendSpec, path: str) -> str | None:
         """`path` (health.path, `/v1/models` by default) under the backend's
@@ -116,20 +158,31 @@ class OpenAIProvider:
         # Usage on every stream (router/providers/stream_usage.py): asked
         # for here, taken back out of the client's stream by the relay.
         ask_usage = env.stream_usage and asks(env.body, env.endpoint, env.stream)
+        relay_over: int | None = RELAY_OVER if relay else None
+        expect: str | None = SSE if env.stream else JSON
+        surface = env.notes.get("surface")
+        if surface is None:
+            url, content = f"{api_base(spec)}/{env.endpoint}", request_body(env, served, ask_usage)
+        else:
+            url, content = server_root(spec) + env.notes["path"], _surface_body(env, served)
+            if surface.answer == "binary" and not env.stream:
+                relay_over = 0  # audio: relayed as it comes, never held (no name in it to rewrite)
+            if surface.answer != "json" and not env.stream:
+                expect = None  # audio, or a transcription as text / SRT / VTT
         sent = await send(
             rt.transport,
             spec,
-            f"{api_base(spec)}/{env.endpoint}",
-            content=request_body(env, served, ask_usage),
+            url,
+            content=content,
             headers=upstream_headers(spec, env),
             stream=env.stream,
             max_bytes=env.max_response_bytes,
-            relay_over=RELAY_OVER if relay else None,
-            expect=SSE if env.stream else JSON,
+            relay_over=relay_over,
+            expect=expect,
         )
         response = sent.response
         first, lines = sent.first, None
-        if (rewrite or ask_usage) and sent.rest is not None:
+        if (rewrite or ask_usage) and sent.rest is not None and env.stream:
             # Rewritten whole lines at a time, the first before the client
             # sees a byte: a stream that breaks (or passes the line cap)
             # before its first line is still retried elsewhere.
