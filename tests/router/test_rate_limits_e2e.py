@@ -145,3 +145,21 @@ def test_the_global_limit_holds_for_everyone_but_the_bypass(limits) -> None:
     bypassed = httpx.post(limits.url + "/v1/chat/completions", json={"model": "m", "messages": HI},
                           headers={"x-forwarded-for": "10.9.0.1"}, timeout=30)
     assert bypassed.status_code == 200
+
+
+def test_two_nodes_share_a_backend_quota(fakes, router_factory) -> None:
+    """Two web processes of one deployment (one DB, one Redis prefix) take
+    from one bucket: two requests, one through each, spend a burst of 2, and
+    then both refuse."""
+    config = f"""
+backends:
+  - {{name: shared, url: '{fakes[0].url}', models: [s], quota: {{rps: 0.001, burst: 2}}}}
+health: {{enabled: false}}
+"""
+    first = router_factory(config)
+    second = router_factory(config, var_dir=first.dir, env={"ROUTER_REDIS_PREFIX": first.prefix})
+    assert answer(sdk(first), "s") and answer(sdk(second), "s")
+    for proc in (first, second):
+        with pytest.raises(openai.RateLimitError) as err:
+            sdk(proc).chat.completions.create(model="s", messages=HI)
+        assert err.value.body["code"] == "upstream_quota_exceeded"
