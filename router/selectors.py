@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # (20,000 Backend instances cost more than the specs themselves).
 _FIELDS = (
     "name", "url", "kind", "models", "served_model", "weight", "capacity", "priority",
-    "api_key", "source", "connect_timeout", "read_timeout", "extra",
+    "api_key", "source", "connect_timeout", "read_timeout", "extra", "drained",
 )
 
 
@@ -94,6 +94,7 @@ def _spec(row: Any) -> BackendSpec:
         headers=headers,
         cli=_cli(row),
         responses=str((row.extra or {}).get("responses") or "auto"),
+        drained=bool(row.drained),
     )
 
 

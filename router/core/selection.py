@@ -1,7 +1,7 @@
 """Choose ONE backend among the candidates of a model group. Pure and fast.
 
-`Selector.pick()` filters, in order: excluded names, not `usable(now)`,
-weight <= 0, no capacity left; then keeps only the lowest `priority` value
+`Selector.pick()` filters, in order: drained by an operator, excluded names,
+not `usable(now)`, weight <= 0, no capacity left; then keeps only the lowest `priority` value
 that still has a candidate (so a full preferred tier spills to the next one),
 and lets the strategy choose within that tier.
 
@@ -80,7 +80,7 @@ def _eligible(
     best = 0
     for c in candidates:
         spec = c.spec
-        if spec.weight <= 0 or (exclude and spec.name in exclude):
+        if spec.weight <= 0 or spec.drained or (exclude and spec.name in exclude):
             continue
         state = c.state
         if not state.usable(now):
@@ -104,7 +104,7 @@ def all_at_capacity(
     seen = False
     for c in candidates:
         spec = c.spec
-        if spec.weight <= 0 or spec.name in exclude or not c.state.usable(now):
+        if spec.weight <= 0 or spec.drained or spec.name in exclude or not c.state.usable(now):
             continue
         if spec.capacity is None or c.state.in_flight < spec.capacity:
             return False

@@ -240,6 +240,7 @@ def test_live_json_has_every_section_with_data_and_html(staff, mirror, observati
         "weight",
         "capacity",
         "priority",
+        "drained",
         "healthy",
         "health",
         "probe_healthy",
