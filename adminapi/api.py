@@ -19,7 +19,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from . import admin_tokens, audit_log, backends, configdoc, keys, response_cache
+from . import admin_tokens, audit_log, backends, config_transfer, configdoc, keys, response_cache
 from .auth import AdminAuth, identify
 from .errors import AdminApiError, InvalidRequest, MethodNotAllowed, NotFound, Unauthenticated
 
@@ -54,6 +54,7 @@ api = NinjaAPI(
 
 api.add_router("/keys", keys.router)
 api.add_router("/config", configdoc.router)
+api.add_router("/config", config_transfer.router)
 api.add_router("/backends", backends.router)
 api.add_router("/tokens", admin_tokens.router)
 api.add_router("/audit", audit_log.router)
