@@ -48,11 +48,11 @@ class PrefixIndexOut(Schema):
         description="each live web process, as of its last heartbeat (2.5 s); null when Redis is unavailable")
 
 
-class PurgeQuery(Schema):
+class IndexPurgeQuery(Schema):
     backend: str | None = Field(None, description="only this backend's prefixes (its entries die at once)")
 
 
-class Purged(Schema):
+class IndexPurged(Schema):
     backend: str | None
     processes: int = Field(description="web processes that received the purge")
 
@@ -77,8 +77,8 @@ def get_prefix_index(request: HttpRequest) -> dict:
             **cfg.cache_aware.model_dump(), "processes": processes}  # fmt: skip
 
 
-@router.post("/purge", response=Purged, summary="Make every web process forget its prefixes (or one backend's)")
-def purge_prefix_index(request: HttpRequest, q: Query[PurgeQuery]) -> dict:
+@router.post("/purge", response=IndexPurged, summary="Make every web process forget its prefixes (or one backend's)")
+def purge_prefix_index(request: HttpRequest, q: Query[IndexPurgeQuery]) -> dict:
     if q.backend is not None and not Backend.objects.filter(name=q.backend).exists():
         if not q.backend.strip():
             raise InvalidRequest("backend needs a backend name (or leave it out to purge every backend).",
