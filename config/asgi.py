@@ -45,10 +45,10 @@ from config.lean import LeanASGIHandler  # noqa: E402
 from config.statics import StaticFiles  # noqa: E402
 from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
+from router import prefix_purge  # noqa: E402, F401  (subscribes every web process to prefix-index purges)
 from router.admission import precheck  # noqa: E402
 from router.core.errors import ShuttingDown  # noqa: E402
 from router.frontends import direct  # noqa: E402
-from router import prefix_purge  # noqa: E402, F401  (subscribes every web process to prefix-index purges)
 from router.runtime import get_runtime  # noqa: E402
 
 lean_app = LeanASGIHandler()

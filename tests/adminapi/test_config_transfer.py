@@ -15,7 +15,6 @@ from router.models import Backend, ConfigVersion
 from router.revision import current_revision
 
 from .conftest import assert_error
-from .test_config import BASE, config_file  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,6 @@ running on it finishes whole, and after the undrain it is picked again."""
 
 from __future__ import annotations
 
-
 import re
 
 import httpx

@@ -20,13 +20,11 @@ from adminapi.tokens import token_create  # noqa: E402
 from router.models import Backend  # noqa: E402
 from tests.support.redisns import isolated_prefix  # noqa: E402
 
-from .test_config import config_file  # noqa: E402, F401  (the fixture)
-
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_headers(db, settings, config_file):  # noqa: F811
+def admin_headers(db, settings, config_file):
     yield from _headers(settings)
 
 
