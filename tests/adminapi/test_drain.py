@@ -22,8 +22,8 @@ pytestmark = pytest.mark.django_db
 
 CONFIG = """\
 backends:
-  - {{name: a, url: '{url}', models: [m1], weight: {weight}}}
-  - {{name: b, url: '{url}', models: [m1]}}
+  - {{name: da, url: '{url}', models: [m1], weight: {weight}}}
+  - {{name: db, url: '{url}', models: [m1]}}
 health: {{enabled: {health}, interval: 1}}
 """
 
@@ -47,49 +47,49 @@ def test_a_drain_is_a_routing_change_every_snapshot_reader_gets(api, config_file
     snapshot updated in place from the log has the flag, like a compiled one."""
     before_snap = compile_snapshot()
     before = current_revision()
-    r = api("POST", "/backends/a/drain")
+    r = api("POST", "/backends/da/drain")
     assert r.status_code == 200, r.content
-    assert r.json() == {"name": "a", "drained": True, "changed": True}
-    assert Backend.objects.get(name="a").drained and not Backend.objects.get(name="b").drained
+    assert r.json() == {"name": "da", "drained": True, "changed": True}
+    assert Backend.objects.get(name="da").drained and not Backend.objects.get(name="db").drained
     assert current_revision() == before + 1
-    assert list(RoutingChange.objects.filter(revision=before + 1).values_list("topic", "name")) == [("backend", "a")]
+    assert list(RoutingChange.objects.filter(revision=before + 1).values_list("topic", "name")) == [("backend", "da")]
     updated = refresh_snapshot(before_snap)
-    assert updated.backends["a"].drained and not updated.backends["b"].drained
-    assert updated.backends["b"] is before_snap.backends["b"]  # in place: the rest shared
-    assert compile_snapshot().backends["a"].drained
-    again = api("POST", "/backends/a/drain")  # idempotent: nothing written
+    assert updated.backends["da"].drained and not updated.backends["db"].drained
+    assert updated.backends["db"] is before_snap.backends["db"]  # in place: the rest shared
+    assert compile_snapshot().backends["da"].drained
+    again = api("POST", "/backends/da/drain")  # idempotent: nothing written
     assert again.json()["changed"] is False and current_revision() == before + 1
     listed = {b["name"]: b["drained"] for b in api("GET", "/backends").json()["data"]}
-    assert listed == {"a": True, "b": False}
-    assert [b["name"] for b in api("GET", "/backends?drained=true").json()["data"]] == ["a"]
-    back = api("POST", "/backends/a/undrain")
-    assert back.json() == {"name": "a", "drained": False, "changed": True}
-    assert not refresh_snapshot(updated).backends["a"].drained
+    assert listed == {"da": True, "db": False}
+    assert [b["name"] for b in api("GET", "/backends?drained=true").json()["data"]] == ["da"]
+    back = api("POST", "/backends/da/undrain")
+    assert back.json() == {"name": "da", "drained": False, "changed": True}
+    assert not refresh_snapshot(updated).backends["da"].drained
     entries = list(AuditEntry.objects.order_by("id").values_list("actor", "action", "target"))
-    assert entries == [("token:ops", "backend.drain", "backend:a"), ("token:ops", "backend.undrain", "backend:a")]
+    assert entries == [("token:ops", "backend.drain", "backend:da"), ("token:ops", "backend.undrain", "backend:da")]
 
 
 def test_refusals(api, ro_api, config_file):
     """An unknown backend is 404; a read-only token may list but not drain."""
     assert_error(api("POST", "/backends/nope/drain"), 404, "not_found")
-    assert_error(ro_api("POST", "/backends/a/drain"), 403, "read_only_token")
-    assert_error(api("GET", "/backends/a/drain"), 405, "method_not_allowed")
+    assert_error(ro_api("POST", "/backends/da/drain"), 403, "read_only_token")
+    assert_error(api("GET", "/backends/da/drain"), 405, "method_not_allowed")
     assert not Backend.objects.filter(drained=True).exists() and not AuditEntry.objects.exists()
 
 
 def test_a_drain_survives_a_reload_of_the_yaml(api, config_file):
     """An edit of the drained backend's own entry is applied and the drain
     stays: the sync writes the YAML's columns only."""
-    assert api("POST", "/backends/a/drain").status_code == 200
+    assert api("POST", "/backends/da/drain").status_code == 200
     snap = compile_snapshot()
     config_file.write_text(CONFIG.format(url="http://127.0.0.1:9", weight=7, health="false"))
     assert config_sync(config_file)
-    row = Backend.objects.get(name="a")
+    row = Backend.objects.get(name="da")
     assert (row.weight, row.drained) == (7, True)
     updated = refresh_snapshot(snap)
-    assert updated.backends["a"].weight == 7 and updated.backends["a"].drained
+    assert updated.backends["da"].weight == 7 and updated.backends["da"].drained
     assert config_sync(config_file, force=True) is not None  # a forced re-apply (a node's start) too
-    assert Backend.objects.get(name="a").drained
+    assert Backend.objects.get(name="da").drained
 
 
 def test_the_health_probe_keeps_probing_a_drained_backend(api, config_file):
@@ -101,8 +101,8 @@ def test_the_health_probe_keeps_probing_a_drained_backend(api, config_file):
     try:
         config_file.write_text(CONFIG.format(url=server.url, weight=100, health="true"))
         assert config_sync(config_file)
-        assert api("POST", "/backends/a/drain").status_code == 200
+        assert api("POST", "/backends/da/drain").status_code == 200
         verdicts = tasks.probe_backends()
-        assert set(verdicts) >= {"a", "b"}, verdicts
+        assert set(verdicts) >= {"da", "db"}, verdicts
     finally:
         server.stop()

@@ -69,7 +69,7 @@ def _listed(proc: RouterProc, auth: dict, name: str) -> dict:
 def test_drain_moves_new_traffic_and_lets_a_running_stream_finish(cluster):
     servers, (first, second), auth = cluster
     for server in servers.values():  # streams that last while the drain goes round
-        server.behavior.chunks, server.behavior.chunk_delay_s = 40, 0.25
+        server.behavior.chunks, server.behavior.chunk_delay_s = 60, 0.25  # 15 s
     stream = _client(first).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
     chunks = iter(stream)
