@@ -90,6 +90,11 @@ def test_a_drain_survives_a_reload_of_the_yaml(api, config_file):
     assert updated.backends["da"].weight == 7 and updated.backends["da"].drained
     assert config_sync(config_file, force=True) is not None  # a forced re-apply (a node's start) too
     assert Backend.objects.get(name="da").drained
+    assert config_sync(config_file, incremental=True) is not None  # the tasks process's way: remembers this parse
+    config_file.write_text(CONFIG.format(url="http://127.0.0.1:9", weight=9, health="false"))
+    assert config_sync(config_file, incremental=True)  # and compares only what the edit touched
+    row = Backend.objects.get(name="da")
+    assert (row.weight, row.drained) == (9, True)
 
 
 def test_the_health_probe_keeps_probing_a_drained_backend(api, config_file):
