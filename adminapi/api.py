@@ -19,7 +19,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 
-from . import admin_tokens, audit_log, backends, configdoc, keys, response_cache
+from . import admin_tokens, audit_log, backends, config_transfer, configdoc, keys, prefix_index, response_cache
 from .auth import AdminAuth, identify
 from .errors import AdminApiError, InvalidRequest, MethodNotAllowed, NotFound, Unauthenticated
 
@@ -42,7 +42,8 @@ api = NinjaAPI(
     title="LLM router admin API",
     version="1",
     description=(
-        "Keys, config with versions and rollback, backends, the response cache and the audit log. "
+        "Keys, config with versions, rollback, export and import, backends with drain, the response cache, "
+        "the prefix index and the audit log. "
         "See docs/admin-api.md."
     ),
     urls_namespace="adminapi",
@@ -54,10 +55,12 @@ api = NinjaAPI(
 
 api.add_router("/keys", keys.router)
 api.add_router("/config", configdoc.router)
+api.add_router("/config", config_transfer.router)
 api.add_router("/backends", backends.router)
 api.add_router("/tokens", admin_tokens.router)
 api.add_router("/audit", audit_log.router)
 api.add_router("/response-cache", response_cache.router)
+api.add_router("/prefix-index", prefix_index.router)
 
 
 def _loc(loc: Any) -> str | None:

@@ -91,14 +91,14 @@ def _dump(doc: Any) -> str:
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
-def _load(text: bytes | str) -> Any:
+def load_document(text: bytes | str) -> Any:
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise InvalidConfig(f"not valid YAML: {exc}", extra={"errors": [{"path": None, "message": str(exc)}]}) from exc
 
 
-def _current() -> tuple[ConfigVersion | None, bytes]:
+def current_version() -> tuple[ConfigVersion | None, bytes]:
     """The newest version and its text (the file's bytes when no version exists yet)."""
     version = config_history.latest()
     if version is None:
@@ -137,7 +137,7 @@ def _version_out(v: ConfigVersion, current: int | None) -> dict[str, Any]:
             "digest": v.digest, "current": v.number == current}
 
 
-def _if_match(request: HttpRequest) -> int | None:
+def if_match(request: HttpRequest) -> int | None:
     raw = request.headers.get("If-Match")
     if raw is None or raw.strip() == "*":
         return None
@@ -167,14 +167,14 @@ def _diff(old: Any, new: Any, old_name: str, new_name: str) -> str:
     )
 
 
-def _write(request: HttpRequest, text: bytes, *, dry_run: bool, expected: int | None, action: str, note: str = ""
+def write_text(request: HttpRequest, text: bytes, *, dry_run: bool, expected: int | None, action: str, note: str = ""
            ) -> WriteOut:  # fmt: skip
     """Validate `text`, then (unless a dry run) make it the config."""
-    version, current_text = _current()
+    version, current_text = current_version()
     number = version.number if version else None
     path = str(services.resolve_config_path())
     changed = services.file_digest(text) != services.file_digest(current_text)
-    diff = _diff(_load(current_text), _load(text), f"version {number}", "new")
+    diff = _diff(load_document(current_text), load_document(text), f"version {number}", "new")
     try:
         if dry_run:
             services.config_check(text)
@@ -214,7 +214,7 @@ def _body_document(request: HttpRequest) -> tuple[Any, bytes | None]:
     written, comments and all, unless a masked value had to be put back)."""
     kind = request.content_type or ""
     if kind in YAML_TYPES:
-        return _load(request.body), request.body
+        return load_document(request.body), request.body
     if kind in ("application/json", "application/merge-patch+json"):
         try:
             return orjson.loads(request.body or b"null"), None
@@ -223,7 +223,7 @@ def _body_document(request: HttpRequest) -> tuple[Any, bytes | None]:
     raise InvalidRequest("Content-Type: expected application/yaml or application/json", param="Content-Type")
 
 
-def _text_for(new: Any, raw: bytes | None, current: Any) -> bytes:
+def text_for(new: Any, raw: bytes | None, current: Any) -> bytes:
     if not isinstance(new, dict):
         raise InvalidConfig("the document must be a mapping of sections", extra={"errors": [
             {"path": None, "message": "the top level must be a mapping of sections"}]})  # fmt: skip
@@ -262,19 +262,19 @@ _PATCH_BODY = {
 
 @router.get("", response=_DOC_RESPONSES, summary="The current config (secrets masked; JSON, or YAML by Accept)")
 def get_config(request: HttpRequest, q: Query[DocQuery]) -> HttpResponse:
-    version, text = _current()
+    version, text = current_version()
     number = version.number if version else None
     payload = {"version": number, "path": str(services.resolve_config_path()),
-               "digest": services.file_digest(text), "document": mask(_load(text))}  # fmt: skip
+               "digest": services.file_digest(text), "document": mask(load_document(text))}  # fmt: skip
     return _doc_answer(request, q.format, number, payload)
 
 
 @router.put("", response=WriteOut, openapi_extra=_YAML_BODY, summary="Replace the whole config")
 def put_config(request: HttpRequest, q: Query[WriteQuery]) -> WriteOut:
-    _version_now, current_text = _current()
+    _version_now, current_text = current_version()
     new, raw = _body_document(request)
-    text = _text_for(new, raw, _load(current_text))
-    return _write(request, text, dry_run=q.dry_run, expected=_if_match(request), action="config.put")
+    text = text_for(new, raw, load_document(current_text))
+    return write_text(request, text, dry_run=q.dry_run, expected=if_match(request), action="config.put")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -292,26 +292,26 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 @router.patch("", response=WriteOut, openapi_extra=_PATCH_BODY, summary="Change the config by a JSON merge patch")
 def patch_config(request: HttpRequest, q: Query[WriteQuery]) -> WriteOut:
-    version, current_text = _current()
+    version, current_text = current_version()
     number = version.number if version else None
-    expected = _if_match(request)
+    expected = if_match(request)
     if expected is not None and expected != number and not q.dry_run:
         raise VersionConflict(f"The config is at version {number}.", param="If-Match",
                               extra={"current_version": number})  # fmt: skip
     patch, _ = _body_document(request)
     if not isinstance(patch, dict):
         raise InvalidRequest("a merge patch is a JSON object")
-    current = _load(current_text)
-    text = _text_for(merge_patch(mask(current), patch), None, current)
+    current = load_document(current_text)
+    text = text_for(merge_patch(mask(current), patch), None, current)
     # Conditional on the version it merged into, If-Match or not: a PATCH never
     # silently undoes a change it did not see.
-    return _write(request, text, dry_run=q.dry_run, expected=number if expected is None else expected,
+    return write_text(request, text, dry_run=q.dry_run, expected=number if expected is None else expected,
                   action="config.patch")  # fmt: skip
 
 
 @router.get("/versions", response=VersionPage, summary="The config's versions, newest first")
 def list_versions(request: HttpRequest, q: Query[PageQuery]) -> dict:
-    _current()  # seeds version 1 for a mirror applied before versions were kept
+    current_version()  # seeds version 1 for a mirror applied before versions were kept
     current = config_history.latest_number()
     rows, facts = page(ConfigVersion.objects.order_by("-number").defer("text"), q)
     return {"data": [_version_out(v, current) for v in rows], **facts}
@@ -327,7 +327,7 @@ def _version(number: int) -> ConfigVersion:
 @router.get("/versions/{int:number}", response=VersionDocument, summary="One version (secrets masked)")
 def get_version(request: HttpRequest, number: int, q: Query[DocQuery]) -> HttpResponse:
     v = _version(number)
-    payload = {**_version_out(v, config_history.latest_number()), "document": mask(_load(v.text))}
+    payload = {**_version_out(v, config_history.latest_number()), "document": mask(load_document(v.text))}
     return _doc_answer(request, q.format, None, payload)
 
 
@@ -335,13 +335,13 @@ def get_version(request: HttpRequest, number: int, q: Query[DocQuery]) -> HttpRe
 def diff_versions(request: HttpRequest, a: int, b: int) -> DiffOut:
     old, new = _version(a), _version(b)
     return DiffOut(from_version=a, to_version=b,
-                   diff=_diff(_load(old.text), _load(new.text), f"version {a}", f"version {b}"))  # fmt: skip
+                   diff=_diff(load_document(old.text), load_document(new.text), f"version {a}", f"version {b}"))  # fmt: skip
 
 
 @router.post("/versions/{int:number}/rollback", response=WriteOut,
              summary="Make an old version current again (a new version with its text)")  # fmt: skip
 def rollback(request: HttpRequest, number: int, q: Query[WriteQuery]) -> WriteOut:
     v = _version(number)
-    return _write(request, v.text.encode(), dry_run=q.dry_run, expected=_if_match(request), action="config.rollback",
+    return write_text(request, v.text.encode(), dry_run=q.dry_run, expected=if_match(request), action="config.rollback",
                   note=f"rollback to version {number}")  # fmt: skip
 

@@ -57,6 +57,7 @@ from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
 from filestore.batches import door as batches_door  # noqa: E402
 from responsestore import door as stored_door  # noqa: E402
+from router import prefix_purge  # noqa: E402, F401  (subscribes every web process to prefix-index purges)
 from router.admission import precheck  # noqa: E402
 from router.core.errors import MethodNotAllowed, ShuttingDown  # noqa: E402
 from router.frontends import direct, surface  # noqa: E402

@@ -87,7 +87,7 @@ BACKENDS_SHOWN = 500
 
 
 def _needs_attention(row: dict[str, Any]) -> bool:
-    return row["health"] != "healthy" or bool(row["in_flight"]) or bool(row["failures"])
+    return row["health"] != "healthy" or row["drained"] or bool(row["in_flight"]) or bool(row["failures"])
 
 
 def shown(rows: list[Any], limit: int, needs_attention: Callable[[Any], bool]) -> dict[str, Any]:
@@ -134,6 +134,7 @@ def backend_rows(rt: Runtime, view: RoutingView) -> list[dict[str, Any]]:
                 "weight": spec.weight,
                 "capacity": spec.capacity,
                 "priority": spec.priority,
+                "drained": spec.drained,
                 "healthy": state.usable(now),
                 "health": health,
                 "probe_healthy": state.probe_healthy,

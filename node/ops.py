@@ -138,6 +138,7 @@ def _backend_row(spec, state, now: float) -> dict:
         "kind": spec.kind,
         "models": list(spec.models),
         "weight": spec.weight,
+        "drained": spec.drained,  # an operator's drain: no new requests
         "healthy": state.usable(now),
         "health": verdict(state, now)[0],
         "in_flight": state.in_flight,

@@ -151,8 +151,16 @@ def web_record(
         "waiting": rt.waiting,
         "backends_total": len(snap.backends),
         "backends_healthy": healthy,
+        # cache_aware: this process's prompt index (null under other strategies).
+        "prefix_index": _index_facts(rt.prefix_index),
         "backends": rows,
     }
+
+
+def _index_facts(index: Any) -> dict[str, int] | None:
+    if index is None:
+        return None
+    return {"entries": len(index), "max_entries": index.max_entries, "replicas": index.replicas()}
 
 
 def _row(name: str, known: tuple[BackendState, str, float | None] | None) -> dict[str, Any]:

@@ -34,6 +34,11 @@ class Backend(dj.Model):
     connect_timeout = dj.FloatField(default=5.0)
     read_timeout = dj.FloatField(default=600.0)
     extra = dj.JSONField(default=dict, blank=True)
+    # An operator's drain (router/drain.py): no new request is sent to the
+    # backend, its config and its health probe stay. Set by no source's
+    # writer: the YAML sync and the AppProxy reconcile write their own
+    # fields only, so a reload keeps it while the row lives.
+    drained = dj.BooleanField(default=False, help_text="No new requests (an operator's drain); config and probes stay.")
     updated_at = dj.DateTimeField(auto_now=True)
 
     class Meta:

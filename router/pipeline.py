@@ -378,7 +378,7 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
 
 
 def _untried(rt: Runtime, snap, target: str, scope: str | None, tried: set[str]) -> bool:
-    return any(c.spec.name not in tried for c in rt.candidates(snap, target, scope))
+    return any(c.spec.name not in tried and not c.spec.drained for c in rt.candidates(snap, target, scope))
 
 
 def _blocks(snap, model: str, env: Envelope) -> tuple[int, ...]:

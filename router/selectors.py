@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 # (20,000 Backend instances cost more than the specs themselves).
 _FIELDS = (
     "name", "url", "kind", "models", "served_model", "weight", "capacity", "priority",
-    "api_key", "source", "connect_timeout", "read_timeout", "extra",
+    "api_key", "source", "connect_timeout", "read_timeout", "extra", "drained",
 )
 
 
@@ -96,6 +96,7 @@ def _spec(row: Any) -> BackendSpec:
         cli=_cli(row),
         responses=str((row.extra or {}).get("responses") or "auto"),
         quota=_quota(row),
+        drained=bool(row.drained),
     )
 
 

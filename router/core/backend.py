@@ -60,6 +60,9 @@ class BackendSpec:
     # "bridge" (through its chat endpoint) or "auto" (router.providers.bridge.choice).
     responses: str = "auto"
     quota: Quota | None = None  # upstream quota (core.buckets); None: none
+    # An operator's drain: never selected for a new request (core/selection);
+    # still in the snapshot, so probes, /status and the lists keep it.
+    drained: bool = False
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested

@@ -137,6 +137,13 @@ class PrefixIndex:
         restart, a drain, an outage). O(1): its entries die with its epoch."""
         self._epoch_of.pop(name, None)
 
+    def clear(self) -> None:
+        """Forget everything (an operator's purge): every replica's entries
+        die with its epoch, and the two generations start empty."""
+        self._new = {}
+        self._old = {}
+        self._epoch_of.clear()
+
     def retain(self, names: Collection[str] | Mapping[str, object]) -> None:
         """Forget every replica not in `names` (gone from the snapshot)."""
         gone = [n for n in self._epoch_of if n not in names]

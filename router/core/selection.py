@@ -1,10 +1,10 @@
 """Choose ONE backend among the candidates of a model group. Pure and fast.
 
-`Selector.pick()` filters, in order: excluded names, not `usable(now)`, at
-its upstream quota (`limited_until`), weight <= 0, no capacity left; then
-keeps only the lowest `priority` value that still has a candidate (so a full
-preferred tier spills to the next one), and lets the strategy choose within
-that tier.
+`Selector.pick()` filters, in order: drained by an operator, excluded names,
+not `usable(now)`, at its upstream quota (`limited_until`), weight <= 0, no
+capacity left; then keeps only the lowest `priority` value that still has a
+candidate (so a full preferred tier spills to the next one), and lets the
+strategy choose within that tier.
 
 Strategies:
 - `weighted_round_robin`: nginx's smooth WRR; state per group, tolerant of the
@@ -81,7 +81,7 @@ def _eligible(
     best = 0
     for c in candidates:
         spec = c.spec
-        if spec.weight <= 0 or (exclude and spec.name in exclude):
+        if spec.weight <= 0 or spec.drained or (exclude and spec.name in exclude):
             continue
         state = c.state
         if not state.usable(now) or state.limited_until > now:
@@ -105,7 +105,8 @@ def all_at_capacity(
     seen = False
     for c in candidates:
         spec = c.spec
-        if spec.weight <= 0 or spec.name in exclude or not c.state.usable(now) or c.state.limited_until > now:
+        if (spec.weight <= 0 or spec.drained or spec.name in exclude or not c.state.usable(now)
+                or c.state.limited_until > now):
             continue
         if spec.capacity is None or c.state.in_flight < spec.capacity:
             return False

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from adminapi.tokens import token_create
+from router.services import config_sync
 
 
 class Api:
@@ -47,3 +49,27 @@ def assert_error(response: Any, status: int, code: str) -> dict:
     assert set(body["error"]) >= {"message", "type", "param", "code"}, body
     assert body["error"]["code"] == code, body
     return body["error"]
+
+
+BASE = """\
+# the team's router
+backends:
+  - name: a
+    url: http://user:hunter2@127.0.0.1:9/v1
+    models: [m1]
+    api_key: sk-literal-secret
+  - {name: b, url: 'http://127.0.0.1:9', models: [m1], api_key: '${B_KEY}'}
+health: {enabled: false}
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path, settings, monkeypatch):
+    """A config file the node applied (as its tasks process does at start)."""
+    monkeypatch.setenv("B_KEY", "sk-from-env")
+    settings.ROUTER_REDIS_PREFIX = f"test:adminapi:{uuid.uuid4().hex}:"
+    path = tmp_path / "router.yaml"
+    path.write_text(BASE)
+    settings.ROUTER_CONFIG = str(path)
+    assert config_sync(path)
+    return path

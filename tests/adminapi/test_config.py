@@ -5,8 +5,6 @@ rollback and the version cap."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import yaml
 
@@ -15,33 +13,9 @@ from router.models import Backend, ConfigVersion, Source
 from router.revision import current_revision
 from router.services import config_sync
 
-from .conftest import assert_error
+from .conftest import BASE, assert_error
 
 pytestmark = pytest.mark.django_db
-
-BASE = """\
-# the team's router
-backends:
-  - name: a
-    url: http://user:hunter2@127.0.0.1:9/v1
-    models: [m1]
-    api_key: sk-literal-secret
-  - {name: b, url: 'http://127.0.0.1:9', models: [m1], api_key: '${B_KEY}'}
-health: {enabled: false}
-"""
-
-
-@pytest.fixture
-def config_file(tmp_path, settings, monkeypatch):
-    """A config file the node applied (as its tasks process does at start)."""
-    monkeypatch.setenv("B_KEY", "sk-from-env")
-    settings.ROUTER_REDIS_PREFIX = f"test:adminapi:{uuid.uuid4().hex}:"
-    path = tmp_path / "router.yaml"
-    path.write_text(BASE)
-    settings.ROUTER_CONFIG = str(path)
-    assert config_sync(path)
-    return path
-
 
 def _yaml(api, path="/config", **headers):
     return api("GET", path, HTTP_ACCEPT="application/yaml", **headers)

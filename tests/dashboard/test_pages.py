@@ -15,7 +15,7 @@ from dashboard.routing import websocket_app
 from dashboard.sections import PAGES as PAGE_SPECS
 from dashboard.sections import SECTIONS
 from dashboard.selectors import health_label
-from router.models import ConfigDocument
+from router.models import Backend, ConfigDocument
 from router.revision import DOCUMENT, bump_revision, current_revision, touch
 
 from .conftest import PAGES
@@ -90,6 +90,16 @@ def test_backends_page_lists_every_source_with_its_settings(staff, mirror):
     for source in ("src-config", "src-admin", "src-appproxy"):
         assert source in page
     assert ">Latency (EWMA)</th>" in page  # the column says what it averages
+
+
+def test_backends_page_marks_a_drained_backend(staff, mirror):
+    """An operator's drain shows on its row, and only there."""
+    assert ">drained</span>" not in staff.get("/dashboard/backends/").content.decode()
+    Backend.objects.filter(name="ollama-b").update(drained=True)
+    page = staff.get("/dashboard/backends/").content.decode()
+    assert page.count(">drained</span>") == 1
+    row = page[page.index("ollama-b") :]
+    assert row.index(">drained</span>") < row.index("</tr>")
 
 
 def test_models_page_maps_names_to_backends_and_shows_fallback_chains(staff, mirror):
@@ -240,6 +250,7 @@ def test_live_json_has_every_section_with_data_and_html(staff, mirror, observati
         "weight",
         "capacity",
         "priority",
+        "drained",
         "healthy",
         "health",
         "probe_healthy",

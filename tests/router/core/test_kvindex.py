@@ -88,6 +88,19 @@ def test_forgetting_a_replica_kills_its_entries_even_when_it_returns() -> None:
     assert index.match(b) == {} and index.replicas() == 1
 
 
+def test_clear_forgets_everything_and_the_index_fills_again() -> None:
+    """An operator's purge: nothing matches, nothing is held; a replica sent
+    the same prompt afterwards holds it anew."""
+    index = PrefixIndex(1000)
+    b = blocks("the system prompt of everyone")
+    index.insert(b, "r1")
+    index.insert(blocks("another prompt altogether"), "r2")
+    index.clear()
+    assert (len(index), index.replicas(), index.match(b)) == (0, 0, {})
+    index.insert(b, "r1")
+    assert index.match(b) == {"r1": len(b)} and index.replicas() == 1
+
+
 def test_drop_removes_a_replica_from_one_prompts_blocks() -> None:
     index = PrefixIndex(1000)
     mine = blocks("the prompt r1 turned out not to hold")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -109,6 +110,23 @@ def test_excluded_unusable_and_full_backends_are_skipped(strategy: str) -> None:
     for i in range(100):
         c = sel.pick("m", cands, now=NOW, prefix_key=b"%d" % i, exclude={"excluded"})
         assert c is not None and c.spec.name == "ok"
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_a_drained_backend_is_never_selected(strategy: str) -> None:
+    """A drained backend is never picked, whatever its weight, priority or
+    prefix; with only drained backends there is no pick, and nothing to
+    queue for (a drained backend's capacity is not waited on)."""
+    drained = cand("drained", 1000, priority=-1)
+    drained = Candidate(replace(drained.spec, drained=True), drained.state)
+    cands = [drained, cand("ok", 1)]
+    sel = Selector(strategy, random.Random(6))
+    for i in range(200):
+        c = sel.pick("m", cands, now=NOW, prefix_key=b"%d" % i, blocks=(i, i + 1))
+        assert c is not None and c.spec.name == "ok"
+    assert sel.pick("m", [drained], now=NOW, prefix_key=b"k") is None
+    full = Candidate(replace(drained.spec, capacity=1), BackendState(in_flight=1))
+    assert not all_at_capacity([full], NOW)
 
 
 def test_breaker_half_open_candidate_is_eligible_after_cooldown() -> None:
