@@ -102,6 +102,11 @@ class BackendConfig(_Strict):
     # OpenAI-compatible kinds only: /v1/responses passed through, bridged
     # through chat, or passed through until a 404/405 says it is not served.
     responses: Literal["native", "bridge", "auto"] = "auto"
+    # Disaggregated prefill/decode (docs/disaggregation.md): the phase this
+    # replica serves for a model listed under `disaggregation`, and an SGLang
+    # prefill replica's bootstrap port.
+    role: Literal["prefill", "decode", "both"] = "both"
+    bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("url")
     @classmethod
@@ -142,6 +147,22 @@ class BackendConfig(_Strict):
             raise ValueError(
                 f"responses: only an OpenAI-compatible backend chooses how it serves /v1/responses; "
                 f"kind {self.kind} always serves it one way (see docs/configuration.md)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _role(self) -> BackendConfig:
+        # A phase is an OpenAI-compatible server's (vLLM, SGLang): the kinds
+        # that speak the OpenAI API themselves, as RESPONSES_KINDS are.
+        if "role" in self.model_fields_set and self.kind not in RESPONSES_KINDS:
+            raise ValueError(
+                f"role: only an OpenAI-compatible backend (vllm, sglang, openai_compat) serves one phase of "
+                f"disaggregated prefill/decode; kind {self.kind} cannot (see docs/disaggregation.md)"
+            )
+        if self.bootstrap_port is not None and self.role != "prefill":
+            raise ValueError(
+                "bootstrap_port: only an SGLang prefill replica has a bootstrap port; set role: prefill "
+                "or remove it (see docs/disaggregation.md)"
             )
         return self
 
@@ -409,6 +430,9 @@ class RouterFile(_Strict):
     # not (stream_options.include_usage), so every stream is counted.
     stream_usage: bool = True
     response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
+    # Model name → the protocol its prefill and decode replicas speak
+    # (docs/disaggregation.md).
+    disaggregation: dict[str, Literal["vllm", "sglang"]] = Field(default_factory=dict)
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None
@@ -436,6 +460,44 @@ class RouterFile(_Strict):
     def _unique(self) -> RouterFile:
         _check_unique(self.backends)
         return self
+
+    @model_validator(mode="after")
+    def _phases(self) -> RouterFile:
+        _check_phases(self.backends, self.disaggregation)
+        return self
+
+
+def _check_phases(backends: list[BackendConfig], protocols: dict[str, str]) -> None:
+    """Every disaggregated model has a prefill and a decode replica; a phase
+    replica serves only disaggregated models; a bootstrap port only SGLang ones."""
+    phases: dict[str, set[str]] = {name: set() for name in protocols}
+    for i, b in enumerate(backends):
+        if b.role == "both" and b.bootstrap_port is None:
+            for name in b.models:
+                if name in phases:
+                    phases[name].add("both")
+            continue
+        for name in b.models:
+            protocol = protocols.get(name)
+            if protocol is None and b.role != "both":
+                raise ValueError(
+                    f"backends[{i}].role: {b.name!r} is a {b.role} replica of {name!r}, which has no "
+                    f"disaggregation entry; add disaggregation: {{{name}: vllm | sglang}} or remove the role"
+                )
+            if b.bootstrap_port is not None and protocol != "sglang":
+                raise ValueError(
+                    f"backends[{i}].bootstrap_port: {name!r} is not an SGLang disaggregated model "
+                    f"(disaggregation.{name} is {protocol or 'absent'}); only SGLang prefill replicas have one"
+                )
+            if protocol is not None:
+                phases[name].add(b.role)
+    for name, have in phases.items():
+        for role in ("prefill", "decode"):
+            if role not in have:
+                raise ValueError(
+                    f"disaggregation.{name}: no backend with role: {role} serves {name!r}; a disaggregated "
+                    "model needs at least one prefill and one decode replica"
+                )
 
 
 def _check_unique(backends: list[BackendConfig]) -> None:
@@ -678,7 +740,8 @@ class _BackendChunks:
             raw = yaml.load(cut.rest, Loader=_LOADER)
         except yaml.YAMLError:
             return None
-        if not isinstance(raw, dict) or raw.get("backends") is not None:
+        if not isinstance(raw, dict) or raw.get("backends") is not None or raw.get("disaggregation"):
+            # (disaggregation: its checks read every backend, as the whole-file parse does)
             return None
         dash = " " * cut.k + "-"
         with self._lock:
@@ -729,6 +792,8 @@ class _BackendChunks:
                 # validated already (one by one) and are unique.
                 model = RouterFile.model_validate(interpolate({k: v for k, v in raw.items() if k != "backends"}))
                 model.backends = models
+                if any(b.role != "both" or b.bootstrap_port is not None for b in models):
+                    return None  # a phase replica with no disaggregation: the whole-file parse words it
             except (ConfigError, ValidationError, ValueError):
                 return None
             gen = next(_GENERATIONS)

@@ -94,6 +94,8 @@ def _spec(row: Any) -> BackendSpec:
         headers=headers,
         cli=_cli(row),
         responses=str((row.extra or {}).get("responses") or "auto"),
+        role=str((row.extra or {}).get("role") or "both"),
+        bootstrap_port=(row.extra or {}).get("bootstrap_port"),
     )
 
 
@@ -169,6 +171,7 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         stream_usage=cfg.stream_usage,
         cors=CorsPolicy.build(**cfg.cors.model_dump()),
         response_cache=_response_cache(cfg),
+        disaggregation=dict(cfg.disaggregation),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
     )

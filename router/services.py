@@ -81,6 +81,10 @@ def _extra(raw: dict, parsed) -> dict:
     extra = {"headers": dict(raw.get("headers") or {}), "discover_models": parsed.discover_models}
     if parsed.responses != "auto":  # the default is stored as nothing (rows written before it stay equal)
         extra["responses"] = parsed.responses
+    if parsed.role != "both":  # as responses: the default is stored as nothing
+        extra["role"] = parsed.role
+    if parsed.bootstrap_port is not None:
+        extra["bootstrap_port"] = parsed.bootstrap_port
     if parsed.cli is not None:
         # The raw section (its ${VAR} templates kept), resolved when the
         # snapshot is compiled, as the URL and the api_key are.

@@ -58,6 +58,12 @@ class BackendSpec:
     # How an OpenAI-compatible backend serves /v1/responses: "native",
     # "bridge" (through its chat endpoint) or "auto" (router.providers.bridge.choice).
     responses: str = "auto"
+    # Disaggregated prefill/decode (docs/disaggregation.md): the phase this
+    # replica serves for a model with a `disaggregation` protocol
+    # ("prefill" | "decode" | "both"), and an SGLang prefill replica's
+    # bootstrap port (None: the server's default, sent as null).
+    role: str = "both"
+    bootstrap_port: int | None = None
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested

@@ -87,6 +87,9 @@ class Snapshot:
     # Ask OpenAI-compatible upstreams for usage on every stream (stream_usage).
     stream_usage: bool = True
     response_cache: ResponseCachePolicy | None = None  # None: off (one attribute check per request)
+    # Model name → its prefill/decode protocol ("vllm" | "sglang"); empty for
+    # most deployments, so a request pays one truthiness check.
+    disaggregation: Mapping[str, str] = field(default_factory=dict)
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     prompts: PromptPolicy | None = None  # global_prompts (None: no prompt anywhere)
