@@ -36,13 +36,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from . import openai_backend
-from .server import Behavior, Recorded, ServerThread
+from .server import FAKE_KEY, Behavior, Recorded, ServerThread
 
 __all__ = ["Ledger", "make_app", "server_thread"]
 
@@ -99,15 +100,11 @@ def _refuse(message: str, status: int = 400) -> web.Response:
     return openai_backend.error_response(status, message)
 
 
-def _vllm(role: str, ledger: Ledger, engine_id: str, host: str):
-    @web.middleware
-    async def enforce(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method != "POST":
-            return await handler(request)
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError:
-            return await handler(request)
+Check = Callable[[Any], Awaitable[web.Response | None]]
+
+
+def _vllm_check(role: str, ledger: Ledger) -> Check:
+    async def check(body: Any) -> web.Response | None:
         params = body.get("kv_transfer_params") if isinstance(body, dict) else None
         if not isinstance(params, dict):
             return _refuse(f"this is a vLLM {role} replica: a request needs kv_transfer_params")
@@ -116,7 +113,7 @@ def _vllm(role: str, ledger: Ledger, engine_id: str, host: str):
                 params.get("remote_engine_id"), params.get("remote_block_ids")
             ):
                 return _refuse("kv_transfer_params were not issued by a prefill replica, or were used already")
-            return await handler(request)
+            return None
         if params.get("do_remote_decode") is not True or params.get("do_remote_prefill") is not False:
             return _refuse("a prefill request asks for do_remote_decode: true, do_remote_prefill: false")
         if body.get("stream") is not False or body.get("max_tokens") != 1:
@@ -125,8 +122,18 @@ def _vllm(role: str, ledger: Ledger, engine_id: str, host: str):
             return _refuse("a prefill request has max_completion_tokens: 1")
         if "stream_options" in body:
             return _refuse("a prefill request has no stream_options (it does not stream)")
+        return None
+
+    return check
+
+
+def _vllm_issue(ledger: Ledger, engine_id: str, host: str):
+    """A prefill replica's answer names the KV blocks it keeps for the decode."""
+
+    @web.middleware
+    async def issue(request: web.Request, handler: Any) -> web.StreamResponse:
         response = await handler(request)
-        if response.status != 200 or not isinstance(response, web.Response) or response.body is None:
+        if request.method != "POST" or response.status != 200 or not isinstance(response, web.Response):
             return response
         answer = orjson.loads(response.body)  # type: ignore[arg-type]
         answer["kv_transfer_params"] = {
@@ -141,43 +148,64 @@ def _vllm(role: str, ledger: Ledger, engine_id: str, host: str):
         }
         return web.Response(status=200, body=orjson.dumps(answer), content_type="application/json")
 
-    return enforce
+    return issue
 
 
-def _sglang(role: str, ledger: Ledger, host: str, bootstrap_port: int | None, room_wait_s: float):
-    @web.middleware
-    async def enforce(request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method != "POST":
-            return await handler(request)
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError:
-            return await handler(request)
-        if not isinstance(body, dict) or not all(k in body for k in ("bootstrap_host", "bootstrap_port",
-                                                                      "bootstrap_room")):
-            return _refuse(f"this is an SGLang {role} replica: a request needs bootstrap_host, bootstrap_port "
-                           "and bootstrap_room")
-        room = body["bootstrap_room"]
+def _sglang_legs(body: Any) -> list[tuple[Any, Any, Any]] | web.Response:
+    if not isinstance(body, dict) or not all(k in body for k in ("bootstrap_host", "bootstrap_port",
+                                                                  "bootstrap_room")):
+        return _refuse("an SGLang prefill or decode replica needs bootstrap_host, bootstrap_port and bootstrap_room")
+    rooms, hosts, ports = body["bootstrap_room"], body["bootstrap_host"], body["bootstrap_port"]
+    if isinstance(rooms, list):  # a batch: one room per sequence, lists of the same length
+        if not (isinstance(hosts, list) and isinstance(ports, list) and len(hosts) == len(ports) == len(rooms)):
+            return _refuse("a batch's bootstrap_host, bootstrap_port and bootstrap_room are lists of one length")
+        legs = list(zip(rooms, hosts, ports, strict=True))
+    else:
+        legs = [(rooms, hosts, ports)]
+    for room, _, _ in legs:
         if isinstance(room, bool) or not isinstance(room, int) or not 0 <= room <= ROOM_MAX:
             return _refuse("bootstrap_room must be an integer in [0, 2^63-1]")
-        if role == "prefill":
-            if body["bootstrap_host"] != host or body["bootstrap_port"] != bootstrap_port:
-                return _refuse("bootstrap_host and bootstrap_port must name this prefill replica")
-            response = await handler(request)
-            if response.status == 200:
-                ledger.open_room(room, body["bootstrap_host"], body["bootstrap_port"])
-            return response
-        deadline = time.monotonic() + room_wait_s
-        while (found := ledger.take_room(room)) is None:
-            if time.monotonic() >= deadline:
-                return _refuse(f"KV transfer failed: no prefill joined bootstrap room {room} in {room_wait_s:g}s",
-                               500)
-            await asyncio.sleep(0.005)
-        if found != (body["bootstrap_host"], body["bootstrap_port"]):
-            return _refuse("the bootstrap room was opened by another prefill replica", 500)
-        return await handler(request)
+    return legs
 
-    return enforce
+
+def _sglang_check(role: str, ledger: Ledger, host: str, bootstrap_port: int | None, room_wait_s: float) -> Check:
+    async def check(body: Any) -> web.Response | None:
+        legs = _sglang_legs(body)
+        if isinstance(legs, web.Response):
+            return legs
+        if role == "prefill":
+            if any(h != host or p != bootstrap_port for _, h, p in legs):
+                return _refuse("bootstrap_host and bootstrap_port must name this prefill replica")
+            return None
+        deadline = time.monotonic() + room_wait_s
+        for room, h, p in legs:
+            while (found := ledger.take_room(room)) is None:
+                if time.monotonic() >= deadline:
+                    return _refuse(
+                        f"KV transfer failed: no prefill joined bootstrap room {room} in {room_wait_s:g}s", 500
+                    )
+                await asyncio.sleep(0.005)
+            if found != (h, p):
+                return _refuse("the bootstrap room was opened by another prefill replica", 500)
+        return None
+
+    return check
+
+
+def _sglang_open(ledger: Ledger):
+    """A prefill replica's rooms open once its answer is complete."""
+
+    @web.middleware
+    async def open_rooms(request: web.Request, handler: Any) -> web.StreamResponse:
+        response = await handler(request)
+        if request.method == "POST" and response.status == 200:
+            legs = _sglang_legs(orjson.loads(await request.read()))
+            if not isinstance(legs, web.Response):
+                for room, h, p in legs:
+                    ledger.open_room(room, h, p)
+        return response
+
+    return open_rooms
 
 
 def make_app(
@@ -187,12 +215,27 @@ def make_app(
 ) -> web.Application:
     app = openai_backend.make_app(name, models, behavior, requests)
     if protocol == "vllm":
-        engine_id = f"{name}-{uuid.uuid4().hex[:8]}"
-        app.middlewares.append(_vllm(role, ledger, engine_id, host))
+        check = _vllm_check(role, ledger)
+        if role == "prefill":
+            app.middlewares.append(_vllm_issue(ledger, f"{name}-{uuid.uuid4().hex[:8]}", host))
     elif protocol == "sglang":
-        app.middlewares.append(_sglang(role, ledger, host, bootstrap_port, room_wait_s))
+        check = _sglang_check(role, ledger, host, bootstrap_port, room_wait_s)
+        if role == "prefill":
+            app.middlewares.append(_sglang_open(ledger))
     else:
         raise ValueError(f"unknown protocol {protocol!r}")
+    # The protocol is checked after the request is recorded and the
+    # `Behavior` faults applied, as the fake's own checks are.
+    faults = app[FAKE_KEY].faults
+    recorded_begin = faults.begin
+
+    async def begin(request: web.Request) -> tuple[bytes, Any, web.Response | None]:
+        body, data, err = await recorded_begin(request)
+        if err is None:
+            err = await check(data)
+        return body, data, err
+
+    faults.begin = begin
     return app
 
 

@@ -461,11 +461,6 @@ class RouterFile(_Strict):
         _check_unique(self.backends)
         return self
 
-    @model_validator(mode="after")
-    def _phases(self) -> RouterFile:
-        _check_phases(self.backends, self.disaggregation)
-        return self
-
 
 def _check_phases(backends: list[BackendConfig], protocols: dict[str, str]) -> None:
     """Every disaggregated model has a prefill and a decode replica; a phase
@@ -594,6 +589,13 @@ def _parse_whole(text: str, source: str) -> tuple[RouterFile, dict[str, Any]]:
             else:
                 lines.append(f"{source}: {where}: {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
+    # Across the backends and the disaggregation section: a check of the
+    # whole file (the stored document, read back without its backends, is
+    # not checked again).
+    try:
+        _check_phases(model.backends, model.disaggregation)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return model, raw
 
 
