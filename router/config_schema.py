@@ -12,7 +12,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -462,7 +462,7 @@ class RouterFile(_Strict):
         return self
 
 
-def _check_phases(backends: list[BackendConfig], protocols: dict[str, str]) -> None:
+def _check_phases(backends: list[BackendConfig], protocols: Mapping[str, str]) -> None:
     """Every disaggregated model has a prefill and a decode replica; a phase
     replica serves only disaggregated models; a bootstrap port only SGLang ones."""
     phases: dict[str, set[str]] = {name: set() for name in protocols}

@@ -41,8 +41,8 @@ from .core.errors import (
 )
 from .core.health import BackendState
 from .core.kvindex import chain as block_chain
-from .disaggregation import flow as pd_flow
 from .core.selection import CACHE_AWARE, KEYED, Candidate, all_at_capacity, prefix_key, prompt_text
+from .disaggregation import flow as pd_flow
 from .providers import provider_for
 from .providers.base import Exchange, Renders, UpstreamFailed
 from .request import Envelope

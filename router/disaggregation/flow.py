@@ -337,7 +337,7 @@ async def _abandon(rt: Any, task: asyncio.Future[Exchange], cand: Candidate) -> 
         task.cancel()
         try:
             await task
-        except BaseException:  # noqa: BLE001 - its outcome no longer matters
+        except BaseException:
             pass
         return
     if task.cancelled() or task.exception() is not None:
@@ -358,7 +358,7 @@ async def _drain(rt: Any, ex: Exchange, state: BackendState, name: str) -> None:
         ok = True
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - reported, never the client's answer
+    except Exception as exc:
         ok = False
         log.warning("the prefill leg on backend %s failed while it was read: %s", name, type(exc).__name__)
     finally:

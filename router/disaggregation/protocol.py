@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol as _Protocol
+from typing import Any
+from typing import Protocol as _Protocol
 
 from ..core.backend import BackendSpec
 

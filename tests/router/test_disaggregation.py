@@ -14,7 +14,6 @@ import pytest
 
 from fakes import openai_backend, pd_backend
 from router.config_schema import ConfigError, parse
-from tests.support.answers import answered_by
 from tests.support.routerproc import wait_until
 
 CHAT = {"model": "lv", "messages": [{"role": "user", "content": "hi"}]}
@@ -216,7 +215,7 @@ def _sg_legs(servers):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_sglang_both_legs_meet_in_one_bootstrap_room(stack, stream):
-    router, servers, ledger, client = stack
+    _router, servers, ledger, client = stack
     joined = ledger.joined
     raw = client.chat.completions.with_raw_response.create(**{**CHAT, "model": "sg"}, stream=stream)
     assert raw.headers["x-routing-path"] == "prefill_then_decode"
@@ -244,7 +243,7 @@ def test_sglang_batch_gets_a_room_per_sequence(stack):
 
 
 def test_sglang_prefill_failure_without_a_unified_replica_is_a_502_naming_the_phase(stack):
-    router, servers, _ledger, client = stack
+    _router, servers, _ledger, client = stack
     servers["sp1"].behavior.status = 500
     with pytest.raises(openai.APIStatusError) as info:
         client.chat.completions.create(**{**CHAT, "model": "sg"})
