@@ -204,6 +204,21 @@ def test_decode_failure_takes_a_fresh_prefill_and_another_decode_replica(stack):
     assert len({tuple(b) for b in issued}) == len(issued)  # never the same params twice
 
 
+def test_metrics_count_requests_by_routing_path(stack):
+    router, _servers, _ledger, client = stack
+    client.chat.completions.create(**CHAT)
+
+    def counted():
+        text = httpx.get(router.url + "/metrics", timeout=10).text
+        return (
+            'router_routing_path_total{model="lv",path="prefill_then_decode"}' in text
+            and 'router_prefill_seconds_count{model="lv"}' in text
+            and 'router_decode_ttft_seconds_count{model="lv"}' in text
+        )
+
+    wait_until(counted, 30, what="the routing path counted in /metrics")
+
+
 # -- SGLang ------------------------------------------------------------------
 
 
