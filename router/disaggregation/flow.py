@@ -272,7 +272,11 @@ async def _concurrent(
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if ptask in done:
                 prefill_ms = (time.perf_counter() - started) * 1000.0
-                why = _prefill_failure(ptask, snap)
+                perr = ptask.exception()
+                if perr is not None and not isinstance(perr, _LegFailed):  # ours, not the replica's
+                    await _abandon(rt, dtask, dc)
+                    raise perr
+                why = _prefill_failure(ptask)
                 if why is not None:
                     phase_reason = why
                     if not ptask.exception():  # an answer with a failing status: given back here
@@ -318,12 +322,10 @@ async def _concurrent(
     return Leg(dprov, dex, dsent, dc.state, pspec.name, prefill_ms, companion)
 
 
-def _prefill_failure(task: asyncio.Future[Exchange], snap: Any) -> str | None:
+def _prefill_failure(task: asyncio.Future[Exchange]) -> str | None:
     exc = task.exception()
-    if exc is not None:
-        if isinstance(exc, _LegFailed):
-            return exc.reason
-        raise exc
+    if isinstance(exc, _LegFailed):
+        return exc.reason
     ex = task.result()
     if ex.status >= 300:
         return f"status {ex.status}"
