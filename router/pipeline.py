@@ -312,8 +312,9 @@ async def _route(
             if trace is not None:
                 trace.hop(target, depth)
         tried: set[str] = set()
-        # A disaggregated model's unified requests go to its `both` replicas.
-        role = "both" if routing is not None and target in snap.disaggregation else None
+        # A disaggregated model's unified requests (its own, or another
+        # model's falling back to it) go to its `both` replicas.
+        role = "both" if snap.disaggregation and target in snap.disaggregation else None
         while attempts < retry.max_attempts:
             scope = caller.scope if depth == 0 else None
             picking = tracing.now_ns() if trace is not None else 0
