@@ -107,7 +107,9 @@ def main() -> None:
             run(router.url, model, 40, 2)  # warm-up: connections, code paths
             before = cpu_seconds(pid)
             ttfts = run(router.url, model, args.requests, args.clients)
-            cpu = (cpu_seconds(pid) - before) / len(ttfts) * 1000.0
+            used = cpu_seconds(pid) - before
+            cpu = used / len(ttfts) * 1000.0
+            print(f"{label}: {used:.2f} s of router CPU for {len(ttfts)} requests", file=sys.stderr)
             rows.append((label, cpu, statistics.median(ttfts) * 1000.0, sorted(ttfts)[int(0.95 * len(ttfts))] * 1000.0))
         base_cpu, base_p50 = rows[0][1], rows[0][2]
         print(f"{'path':16} {'router CPU/req':>15} {'×unified':>9} {'TTFB p50':>9} {'p95':>8} {'+p50':>8}")
