@@ -219,6 +219,16 @@ def test_metrics_count_requests_by_routing_path(stack):
     wait_until(counted, 30, what="the routing path counted in /metrics")
 
 
+def test_every_decode_failing_falls_back_to_a_unified_replica(stack):
+    _router, servers, _ledger, client = stack
+    servers["d1"].behavior.status = 503
+    servers["d2"].behavior.status = 503
+    raw = client.chat.completions.with_raw_response.create(**CHAT)
+    assert raw.headers["x-routing-path"] == "fallback"
+    assert raw.parse().choices[0].message.content.startswith("Hello from u1")
+    assert posts(servers["d1"]) and posts(servers["d2"])
+
+
 # -- SGLang ------------------------------------------------------------------
 
 
@@ -331,3 +341,28 @@ def test_config_accepts_a_disaggregated_model():
     )
     assert cfg.disaggregation == {"m": "sglang"}
     assert [(b.role, b.bootstrap_port) for b in cfg.backends] == [("prefill", 8998), ("decode", None), ("both", None)]
+
+
+def test_a_phase_without_a_healthy_replica_is_a_503_naming_it(router_factory):
+    """Once the breaker has opened on the only prefill replica (and with no
+    unified replica), a request is refused at once: 503 naming the phase."""
+    ledger = pd_backend.Ledger()
+    with (
+        pd_backend.server_thread("sp", ["sg"], protocol="sglang", role="prefill", ledger=ledger) as sp,
+        pd_backend.server_thread("sd", ["sg"], protocol="sglang", role="decode", ledger=ledger) as sd,
+    ):
+        sp.behavior.status = 500
+        router = router_factory(
+            f"backends:\n  - {{name: sp, url: '{sp.url}', models: [sg], role: prefill}}\n"
+            f"  - {{name: sd, url: '{sd.url}', models: [sg], role: decode}}\n"
+            "disaggregation: {sg: sglang}\nretry: {backoff: 0}\n"
+            "health: {enabled: false, failure_threshold: 1, cooldown: 100}\n"
+        )
+        first = httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "sg"}, timeout=60)
+        assert first.status_code == 502 and first.json()["error"]["code"] == "prefill_failed"
+        second = httpx.post(router.url + "/v1/chat/completions", json={**CHAT, "model": "sg"}, timeout=60)
+        assert second.status_code == 503, second.text
+        assert second.headers["x-routing-path"] == "fallback"
+        error = second.json()["error"]
+        assert error["code"] == "phase_unavailable" and "No healthy prefill replica" in error["message"]
+        assert len(posts(sp)) == 1  # the open breaker kept the second request away
