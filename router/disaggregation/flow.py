@@ -129,9 +129,12 @@ def _error(model: str, reasons: dict[str, str], failed: dict[str, set[str]]) -> 
 
 
 def _leg_env(base: Envelope, body: dict[str, Any], *, stream: bool, relay_whole: bool) -> Envelope:
+    # Both legs carry the request's id, as vLLM's proxy sends one X-Request-Id
+    # to both: a replica's logs of one request can be joined to the other's.
+    headers = base.headers if "x-request-id" in base.headers else {**base.headers, "x-request-id": base.request_id}
     return dataclasses.replace(
         base, raw=orjson.dumps(body), body=body, stream=stream, relay_whole=relay_whole,
-        stream_usage=base.stream_usage and stream,
+        stream_usage=base.stream_usage and stream, headers=headers,
     )
 
 

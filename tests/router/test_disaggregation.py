@@ -111,6 +111,7 @@ def test_vllm_non_stream_hands_the_prefill_params_to_the_decode(stack):
     assert "max_tokens" not in dec.json and "stream" not in dec.json  # the client's request as it came
     assert ledger.consumed == consumed + 1
     assert not posts(servers["u1"])
+    assert pre.headers["x-request-id"] == dec.headers["x-request-id"]
 
 
 def test_vllm_stream_through_the_sdk(stack):
