@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions, yaml_quick
 from .core.ipnets import parse_networks
+from .disaggregation import PROTOCOLS
 from .listen import DEFAULT_MODE, TCP, parse_items, parse_mode
 from .providers import COMMAND_KINDS, KINDS, RESPONSES_KINDS
 
@@ -432,7 +433,7 @@ class RouterFile(_Strict):
     response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
     # Model name → the protocol its prefill and decode replicas speak
     # (docs/disaggregation.md).
-    disaggregation: dict[str, Literal["vllm", "sglang"]] = Field(default_factory=dict)
+    disaggregation: dict[str, str] = Field(default_factory=dict)
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None
@@ -444,6 +445,17 @@ class RouterFile(_Strict):
         validate = extensions.section_validator(str(info.field_name))
         if v is not None and validate is not None:
             validate(v)
+        return v
+
+    @field_validator("disaggregation")
+    @classmethod
+    def _protocols(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, protocol in v.items():
+            if protocol not in PROTOCOLS:
+                raise ValueError(
+                    f"{name}: unknown protocol {protocol!r}; one of: {', '.join(sorted(PROTOCOLS))} "
+                    "(see docs/disaggregation.md)"
+                )
         return v
 
     @model_validator(mode="after")

@@ -251,7 +251,10 @@ async def _route_disaggregated(
         if env.endpoint in disaggregation.ENDPOINTS:
             rt = get_runtime()
             protocol = disaggregation.PROTOCOLS[snap.disaggregation[model]]
-            outcome = await pd_flow.run(rt, caller, env, model, obs, protocol, _acquire)
+            outcome = await pd_flow.run(
+                rt, caller, env, model, obs, protocol, _acquire,
+                lambda sent, backend: global_prompts.applied(sent, snap.prompts, model, backend, obs),
+            )
             if isinstance(outcome, pd_flow.Leg):
                 return _two_legs(rt, outcome, model, obs, started)
             routing = disaggregation.FALLBACK

@@ -35,7 +35,6 @@ from typing import Any
 
 import orjson
 
-from .. import global_prompts
 from ..core.errors import DecodeFailed, PhaseUnavailable, PrefillFailed, RouterError, UpstreamError
 from ..core.health import BackendState
 from ..core.selection import Candidate
@@ -47,6 +46,10 @@ from .protocol import Protocol
 log = logging.getLogger(__name__)
 
 Acquire = Callable[..., Awaitable[Candidate | None]]
+# The client's request with the global prompt of a replica merged in (the
+# pipeline's; made once per attempt and shared by both legs, so the decode
+# replica's prompt is the one the prefill replica read).
+Prompted = Callable[[Envelope, str], Envelope]
 
 # Prefill legs still being read after the decode's first byte: held here so
 # the event loop keeps them (one per request in flight, no more).
@@ -82,50 +85,47 @@ class _LegFailed(Exception):
 
 async def run(
     rt: Any, caller: Any, env: Envelope, model: str, obs: dict[str, Any], protocol: Protocol, acquire: Acquire,
-    rng: random.Random | None = None,
+    prompted: Prompted, rng: random.Random | None = None,
 ) -> Leg | Failed:
     snap = caller.snap
     scope = caller.scope
     retry = snap.retry
     failed = {"prefill": set[str](), "decode": set[str]()}
-    reasons: dict[str, str] = {}
+    last = _LegFailed("decode", _NONE_LEFT)
     rounds = 0
     draw = (rng or random).getrandbits
     while rounds < retry.max_attempts:
         rounds += 1
         try:
             if protocol.concurrent:
-                leg = await _concurrent(rt, caller, env, model, obs, protocol, acquire, scope, failed,
-                                        draw(63))
+                leg = await _concurrent(rt, caller, env, model, obs, protocol, acquire, prompted, scope,
+                                        failed, draw(63))
             else:
-                leg = await _sequential(rt, caller, env, model, obs, protocol, acquire, scope, failed,
-                                        retry.max_attempts)
+                leg = await _sequential(rt, caller, env, model, obs, protocol, acquire, prompted, scope,
+                                        failed, retry.max_attempts)
         except _LegFailed as exc:
-            reasons[exc.phase] = exc.reason
-            if exc.phase == "prefill" and exc.reason == _NONE_LEFT:
-                break
-            if exc.phase == "decode" and exc.reason == _NONE_LEFT:
+            last = exc
+            if exc.reason == _NONE_LEFT:  # that phase has no replica left to try
                 break
             continue
         obs["disagg_rounds"] = rounds
         return leg
-    return Failed(_error(model, reasons, failed))
+    return Failed(_error(model, last, failed))
 
 
 _NONE_LEFT = "no healthy replica left to try"
 
 
-def _error(model: str, reasons: dict[str, str], failed: dict[str, set[str]]) -> RouterError:
-    for phase, cls in (("prefill", PrefillFailed), ("decode", DecodeFailed)):
-        reason = reasons.get(phase)
-        if reason is None:
-            continue
-        if reason == _NONE_LEFT and not failed[phase]:
-            return PhaseUnavailable(f"No healthy {phase} replica is available for '{model}' (and no unified one).")
-        if reason == _NONE_LEFT:
-            reason = "every one tried failed"
-        return cls(f"The {phase} phase of '{model}' failed ({reason}); no unified replica could serve it instead.")
-    return DecodeFailed(f"The decode phase of '{model}' failed; no unified replica could serve it instead.")
+def _error(model: str, last: _LegFailed, failed: dict[str, set[str]]) -> RouterError:
+    """The client's error when no unified replica can serve the request
+    either: the phase that failed last, and how."""
+    phase, reason = last.phase, last.reason
+    if reason == _NONE_LEFT and not failed[phase]:
+        return PhaseUnavailable(f"No healthy {phase} replica is available for '{model}' (and no unified one).")
+    if reason == _NONE_LEFT:
+        reason = "every one tried failed"
+    cls = PrefillFailed if phase == "prefill" else DecodeFailed
+    return cls(f"The {phase} phase of '{model}' failed ({reason}); no unified replica could serve it instead.")
 
 
 def _leg_env(base: Envelope, body: dict[str, Any], *, stream: bool, relay_whole: bool) -> Envelope:
@@ -176,10 +176,9 @@ async def _closed(ex: Exchange) -> None:
 
 async def _sequential(
     rt: Any, caller: Any, env: Envelope, model: str, obs: dict[str, Any], protocol: Protocol, acquire: Acquire,
-    scope: str | None, failed: dict[str, set[str]], attempts: int,
+    prompted: Prompted, scope: str | None, failed: dict[str, set[str]], attempts: int,
 ) -> Leg:
     """vLLM: the prefill's whole answer, then the decode leg carrying it."""
-    snap = caller.snap
     started = time.perf_counter()
     answer: Any = None
     for _ in range(attempts):
@@ -187,7 +186,7 @@ async def _sequential(
         if pc is None:
             raise _LegFailed("prefill", _NONE_LEFT)
         pspec = pc.spec
-        base = global_prompts.applied(env, snap.prompts, model, pspec.name, obs)
+        base = prompted(env, pspec.name)
         provider = provider_for(pspec.kind)
         sent = _leg_env(base, protocol.prefill_body(base.body, pspec, 0), stream=False, relay_whole=False)
         try:
@@ -242,7 +241,7 @@ async def _decode(
 
 async def _concurrent(
     rt: Any, caller: Any, env: Envelope, model: str, obs: dict[str, Any], protocol: Protocol, acquire: Acquire,
-    scope: str | None, failed: dict[str, set[str]], room: int,
+    prompted: Prompted, scope: str | None, failed: dict[str, set[str]], room: int,
 ) -> Leg:
     """SGLang: both legs at once, meeting in the bootstrap room; the decode's
     answer is relayed, the prefill's read to its end."""
@@ -259,7 +258,7 @@ async def _concurrent(
         rt.release(pc.state, ok=None)
         raise _LegFailed("decode", _NONE_LEFT)
     pspec, dspec = pc.spec, dc.spec
-    base = global_prompts.applied(env, snap.prompts, model, pspec.name, obs)
+    base = prompted(env, pspec.name)
     body = protocol.prefill_body(base.body, pspec, room)
     psent = _leg_env(base, body, stream=base.stream, relay_whole=False)
     dsent = _leg_env(base, protocol.decode_body(base.body, pspec, room, None), stream=base.stream,

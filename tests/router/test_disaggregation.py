@@ -325,7 +325,7 @@ def test_client_disconnect_cancels_both_legs(stack):
          "backends[0]: Value error, role: only an OpenAI-compatible backend"),
         ("backends:\n  - {name: p, url: 'http://a:1', models: [m], role: prefill}\n",
          "backends[0].role: 'p' is a prefill replica of 'm', which has no disaggregation entry"),
-        ("disaggregation: {m: tgi}\n", "disaggregation.m"),
+        ("disaggregation: {m: tgi}\n", "disaggregation: Value error, m: unknown protocol 'tgi'; one of: sglang, vllm"),
     ],
 )
 def test_config_refusals_name_the_key(text, names):
