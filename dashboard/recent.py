@@ -75,6 +75,11 @@ def observation_row(obs: dict[str, Any]) -> dict[str, Any]:
         "ttft_ms": rounded(obs.get("ttft_ms")),
         "stream_error": bool(obs.get("stream_error")),
         "client_disconnected": bool(obs.get("client_disconnected")),
+        # Disaggregated prefill/decode (docs/disaggregation.md).
+        "routing_path": obs.get("routing_path"),
+        "prefill_backend": obs.get("prefill_backend"),
+        "prefill_ms": rounded(obs.get("prefill_ms")),
+        "decode_ttft_ms": rounded(obs.get("decode_ttft_ms")),
     }
 
 

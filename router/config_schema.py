@@ -12,7 +12,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from . import extensions, yaml_quick
 from .core.ipnets import parse_networks
+from .disaggregation import PROTOCOLS
 from .listen import DEFAULT_MODE, TCP, parse_items, parse_mode
 from .providers import COMMAND_KINDS, KINDS, RESPONSES_KINDS
 
@@ -120,6 +121,11 @@ class BackendConfig(_Strict):
     # through chat, or passed through until a 404/405 says it is not served.
     responses: Literal["native", "bridge", "auto"] = "auto"
     quota: QuotaConfig | None = None
+    # Disaggregated prefill/decode (docs/disaggregation.md): the phase this
+    # replica serves for a model listed under `disaggregation`, and an SGLang
+    # prefill replica's bootstrap port.
+    role: Literal["prefill", "decode", "both"] = "both"
+    bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
 
     @field_validator("url")
     @classmethod
@@ -160,6 +166,22 @@ class BackendConfig(_Strict):
             raise ValueError(
                 f"responses: only an OpenAI-compatible backend chooses how it serves /v1/responses; "
                 f"kind {self.kind} always serves it one way (see docs/configuration.md)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _role(self) -> BackendConfig:
+        # A phase is an OpenAI-compatible server's (vLLM, SGLang): the kinds
+        # that speak the OpenAI API themselves, as RESPONSES_KINDS are.
+        if "role" in self.model_fields_set and self.kind not in RESPONSES_KINDS:
+            raise ValueError(
+                f"role: only an OpenAI-compatible backend (vllm, sglang, openai_compat) serves one phase of "
+                f"disaggregated prefill/decode; kind {self.kind} cannot (see docs/disaggregation.md)"
+            )
+        if self.bootstrap_port is not None and self.role != "prefill":
+            raise ValueError(
+                "bootstrap_port: only an SGLang prefill replica has a bootstrap port; set role: prefill "
+                "or remove it (see docs/disaggregation.md)"
             )
         return self
 
@@ -454,6 +476,9 @@ class RouterFile(_Strict):
     # not (stream_options.include_usage), so every stream is counted.
     stream_usage: bool = True
     response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
+    # Model name → the protocol its prefill and decode replicas speak
+    # (docs/disaggregation.md).
+    disaggregation: dict[str, str] = Field(default_factory=dict)
     # Kept raw here and validated by the app that owns the section (the
     # appproxy app, seed §7 / §9.11), through router.extensions.
     appproxy: dict[str, Any] | None = None
@@ -465,6 +490,17 @@ class RouterFile(_Strict):
         validate = extensions.section_validator(str(info.field_name))
         if v is not None and validate is not None:
             validate(v)
+        return v
+
+    @field_validator("disaggregation")
+    @classmethod
+    def _protocols(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, protocol in v.items():
+            if protocol not in PROTOCOLS:
+                raise ValueError(
+                    f"{name}: unknown protocol {protocol!r}; one of: {', '.join(sorted(PROTOCOLS))} "
+                    "(see docs/disaggregation.md)"
+                )
         return v
 
     @model_validator(mode="after")
@@ -481,6 +517,39 @@ class RouterFile(_Strict):
     def _unique(self) -> RouterFile:
         _check_unique(self.backends)
         return self
+
+
+def _check_phases(backends: list[BackendConfig], protocols: Mapping[str, str]) -> None:
+    """Every disaggregated model has a prefill and a decode replica; a phase
+    replica serves only disaggregated models; a bootstrap port only SGLang ones."""
+    phases: dict[str, set[str]] = {name: set() for name in protocols}
+    for i, b in enumerate(backends):
+        if b.role == "both" and b.bootstrap_port is None:
+            for name in b.models:
+                if name in phases:
+                    phases[name].add("both")
+            continue
+        for name in b.models:
+            protocol = protocols.get(name)
+            if protocol is None and b.role != "both":
+                raise ValueError(
+                    f"backends[{i}].role: {b.name!r} is a {b.role} replica of {name!r}, which has no "
+                    f"disaggregation entry; add disaggregation: {{{name}: vllm | sglang}} or remove the role"
+                )
+            if b.bootstrap_port is not None and protocol != "sglang":
+                raise ValueError(
+                    f"backends[{i}].bootstrap_port: {name!r} is not an SGLang disaggregated model "
+                    f"(disaggregation.{name} is {protocol or 'absent'}); only SGLang prefill replicas have one"
+                )
+            if protocol is not None:
+                phases[name].add(b.role)
+    for name, have in phases.items():
+        for role in ("prefill", "decode"):
+            if role not in have:
+                raise ValueError(
+                    f"disaggregation.{name}: no backend with role: {role} serves {name!r}; a disaggregated "
+                    "model needs at least one prefill and one decode replica"
+                )
 
 
 def _check_unique(backends: list[BackendConfig]) -> None:
@@ -577,6 +646,13 @@ def _parse_whole(text: str, source: str) -> tuple[RouterFile, dict[str, Any]]:
             else:
                 lines.append(f"{source}: {where}: {err['msg']}")
         raise ConfigError("\n".join(lines)) from None
+    # Across the backends and the disaggregation section: a check of the
+    # whole file (the stored document, read back without its backends, is
+    # not checked again).
+    try:
+        _check_phases(model.backends, model.disaggregation)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return model, raw
 
 
@@ -723,7 +799,8 @@ class _BackendChunks:
             raw = yaml.load(cut.rest, Loader=_LOADER)
         except yaml.YAMLError:
             return None
-        if not isinstance(raw, dict) or raw.get("backends") is not None:
+        if not isinstance(raw, dict) or raw.get("backends") is not None or raw.get("disaggregation"):
+            # (disaggregation: its checks read every backend, as the whole-file parse does)
             return None
         dash = " " * cut.k + "-"
         with self._lock:
@@ -774,6 +851,8 @@ class _BackendChunks:
                 # validated already (one by one) and are unique.
                 model = RouterFile.model_validate(interpolate({k: v for k, v in raw.items() if k != "backends"}))
                 model.backends = models
+                if any(b.role != "both" or b.bootstrap_port is not None for b in models):
+                    return None  # a phase replica with no disaggregation: the whole-file parse words it
             except (ConfigError, ValidationError, ValueError):
                 return None
             gen = next(_GENERATIONS)

@@ -130,6 +130,22 @@ CACHE_MEMORY_BYTES = Gauge(
     multiprocess_mode="livesum",
 )
 
+# Disaggregated prefill/decode (docs/disaggregation.md): the routing path of
+# each request of a disaggregated model, and each phase's latency.
+ROUTING_PATH = Counter(
+    "router_routing_path_total",
+    "Requests of a disaggregated model by routing path: prefill_then_decode, unified or fallback",
+    ["model", "path"],
+)
+PREFILL = Histogram(
+    "router_prefill_seconds", "Disaggregated requests: the prefill phase's time (vLLM: its whole answer)",
+    ["model"], buckets=_SECONDS,
+)
+DECODE_TTFT = Histogram(
+    "router_decode_ttft_seconds", "Disaggregated requests: the decode replica's time to its first byte",
+    ["model"], buckets=_SECONDS,
+)
+
 _queue: deque[dict] = deque(maxlen=10_000)
 
 
@@ -286,6 +302,13 @@ def _emit(obs: dict) -> None:
     limited = obs.get("rate_limited")
     if limited is not None:
         _child(RATE_LIMITED, limited).inc()
+    routing = obs.get("routing_path")
+    if routing is not None:
+        _child(ROUTING_PATH, model, routing).inc()
+        if obs.get("prefill_ms") is not None:
+            _child(PREFILL, model).observe(obs["prefill_ms"] / 1000.0)
+        if obs.get("decode_ttft_ms") is not None:
+            _child(DECODE_TTFT, model).observe(obs["decode_ttft_ms"] / 1000.0)
     cache = obs.get("cache")
     if cache is not None:
         _child(CACHE, model, cache).inc()

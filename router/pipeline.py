@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from . import global_prompts, observe, tracing
+from . import disaggregation, global_prompts, observe, tracing
 from .admission import Caller
 from .core.buckets import Quota, request_items, token_item
 from .core.errors import (
@@ -45,6 +45,7 @@ from .core.errors import (
 from .core.health import BackendState
 from .core.kvindex import chain as block_chain
 from .core.selection import CACHE_AWARE, KEYED, Candidate, all_at_capacity, prefix_key, prompt_text
+from .disaggregation import flow as pd_flow
 from .providers import provider_for, serves
 from .providers.base import Exchange, Renders, UpstreamFailed
 from .quotas import retry_after
@@ -66,7 +67,9 @@ class Routed:
       freed when they end, fail, or the consumer goes away.
     """
 
-    __slots__ = ("_finished", "_relay", "_rt", "_started", "_state", "env", "exchange", "obs", "provider")
+    __slots__ = (
+        "_companion", "_finished", "_relay", "_rt", "_started", "_state", "env", "exchange", "obs", "provider",
+    )
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class Routed:
         obs: dict[str, Any],
         started: float,
         state: BackendState | None,
+        companion: asyncio.Task[None] | None = None,
     ) -> None:
         self.provider = provider
         self.exchange = exchange
@@ -87,6 +91,9 @@ class Routed:
         self._started = started
         self._finished = state is None  # an as-is error relay holds nothing
         self._relay: AsyncIterator[bytes] | None = None
+        # A disaggregated request's prefill leg still being read (SGLang):
+        # cancelled with the answer when the client goes.
+        self._companion = companion
 
     @property
     def status(self) -> int:
@@ -179,6 +186,9 @@ class Routed:
                 obs["failure_details"] = {self.exchange.spec.name: str(info["detail"])[-DETAIL_MAX:]}
         elif ok is None:
             obs["client_disconnected"] = True
+            companion = self._companion
+            if companion is not None and not companion.done():
+                companion.cancel()
         observe.record(obs)
         if tracing.ENABLED:
             trace = self.env.notes.get("trace")
@@ -242,6 +252,69 @@ def _affinity_key(env: Envelope, session_header: str) -> bytes | None:
 
 async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], started: float) -> Routed:
     """Select, dispatch, retry and fall back; the first usable answer wins."""
+    snap = caller.snap
+    if snap.disaggregation and model in snap.disaggregation:
+        return await _route_disaggregated(caller, env, model, obs, started)
+    return await _route(caller, env, model, obs, started)
+
+
+async def _route_disaggregated(
+    caller: Caller, env: Envelope, model: str, obs: dict[str, Any], started: float
+) -> Routed:
+    """A model whose prefill and decode run on separate replicas
+    (router/disaggregation/): chat and completions in two legs, falling back
+    to a unified (`both`) replica; any other endpoint unified. The answer,
+    or the error, says which path it took (`x-routing-path`)."""
+    snap = caller.snap
+    routing = disaggregation.UNIFIED
+    try:
+        if env.endpoint in disaggregation.ENDPOINTS:
+            rt = get_runtime()
+            protocol = disaggregation.PROTOCOLS[snap.disaggregation[model]]
+            outcome = await pd_flow.run(
+                rt, caller, env, model, obs, protocol, _acquire,
+                lambda sent, backend: global_prompts.applied(sent, snap.prompts, model, backend, obs),
+            )
+            if isinstance(outcome, pd_flow.Leg):
+                return _two_legs(rt, outcome, model, obs, started)
+            routing = disaggregation.FALLBACK
+            if not rt.candidates(snap, model, caller.scope, "both"):
+                raise outcome.error
+            obs["fallback_reason"] = outcome.error.code
+        return await _route(caller, env, model, obs, started, routing)
+    except RouterError as exc:
+        obs["routing_path"] = routing
+        exc.headers[disaggregation.HEADER] = routing
+        raise
+
+
+def _two_legs(rt: Runtime, leg: pd_flow.Leg, model: str, obs: dict[str, Any], started: float) -> Routed:
+    ex = leg.exchange
+    routing = disaggregation.PREFILL_THEN_DECODE
+    ex.headers.append((disaggregation.HEADER, routing))
+    now = time.perf_counter()
+    obs.update(
+        provider=ex.spec.name,
+        kind=ex.spec.kind,
+        path=leg.provider.path,
+        served=ex.info.get("served"),
+        hops=[],
+        attempts=obs.get("disagg_rounds", 1),
+        status=ex.status,
+        ttft_ms=(now - started) * 1000.0 if leg.sent.stream else None,
+        upstream_ms=ex.upstream_ms,
+        routed_model=model,
+        routing_path=routing,
+        prefill_backend=leg.prefill,
+        prefill_ms=leg.prefill_ms,
+        decode_ttft_ms=ex.upstream_ms,
+    )
+    return Routed(rt, leg.provider, ex, leg.sent, obs, started, leg.state, leg.companion)
+
+
+async def _route(
+    caller: Caller, env: Envelope, model: str, obs: dict[str, Any], started: float, routing: str | None = None
+) -> Routed:
     rt = get_runtime()
     snap = caller.snap
     chain = (model, *snap.fallback_chains.get(model, ()))
@@ -263,15 +336,18 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             if trace is not None:
                 trace.hop(target, depth)
         tried: set[str] = set()
+        # A disaggregated model's unified requests (its own, or another
+        # model's falling back to it) go to its `both` replicas.
+        role = "both" if snap.disaggregation and target in snap.disaggregation else None
         while attempts < retry.max_attempts:
             scope = caller.scope if depth == 0 else None
             picking = tracing.now_ns() if trace is not None else 0
-            cand = await _acquire(rt, caller, target, tried, pkey, blocks, obs, scope)
+            cand = await _acquire(rt, caller, target, tried, pkey, blocks, obs, scope, role)
             if trace is not None:
                 trace.selected(target, depth, picking, cand.spec.name if cand is not None else None,
-                               len(rt.candidates(snap, target, scope)), obs.get("queue"))
+                               len(rt.candidates(snap, target, scope, role)), obs.get("queue"))
             if cand is None:
-                if wait := _quota_wait(rt, snap, target, scope):
+                if wait := _quota_wait(rt, snap, target, scope, role):
                     quota_wait = min(quota_wait or wait, wait)
                 break
             spec, state = cand.spec, cand.state
@@ -301,7 +377,7 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
                 obs.setdefault("failures", []).append(spec.name)
                 if failure.detail:  # for the operator (the observation), never the client
                     obs.setdefault("failure_details", {})[spec.name] = failure.detail[-DETAIL_MAX:]
-                if retry.backoff_s and attempts < retry.max_attempts and _untried(rt, snap, target, scope, tried):
+                if retry.backoff_s and attempts < retry.max_attempts and _untried(rt, snap, target, scope, tried, role):
                     # Only before another backend is tried: with none left, the
                     # answer (a fallback's or the error) is not held back.
                     await asyncio.sleep(retry.backoff_s * attempts)
@@ -348,6 +424,9 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
             for key in ("adapter", "ignored_fields"):
                 if key in ex.info:
                     obs[key] = ex.info[key]
+            if routing is not None:
+                ex.headers.append((disaggregation.HEADER, routing))
+                obs["routing_path"] = routing
             if trace is not None:
                 trace.answered(ex.status, env.stream)
             return Routed(rt, provider, ex, sent, obs, started, state)
@@ -360,7 +439,10 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
         observe.record(obs)
         if trace is not None:
             trace.end(obs)
-        relayed = Exchange(last.spec, last.status, [], last.content_type, last.body, wire=last.wire)
+        routed_header = [(disaggregation.HEADER, routing)] if routing is not None else []
+        if routing is not None:
+            obs["routing_path"] = routing
+        relayed = Exchange(last.spec, last.status, routed_header, last.content_type, last.body, wire=last.wire)
         return Routed(rt, None, relayed, env, obs, started, None)
     if last_failure is not None:
         if last_failure.error is not None:  # the failure names what the client is told
@@ -377,8 +459,8 @@ async def route(caller: Caller, env: Envelope, model: str, obs: dict[str, Any], 
     raise NoBackendAvailable(f"No healthy backend is available for '{model}'.")
 
 
-def _untried(rt: Runtime, snap, target: str, scope: str | None, tried: set[str]) -> bool:
-    return any(c.spec.name not in tried and not c.spec.drained for c in rt.candidates(snap, target, scope))
+def _untried(rt: Runtime, snap, target: str, scope: str | None, tried: set[str], role: str | None = None) -> bool:
+    return any(c.spec.name not in tried and not c.spec.drained for c in rt.candidates(snap, target, scope, role))
 
 
 def _blocks(snap, model: str, env: Envelope) -> tuple[int, ...]:
@@ -419,25 +501,29 @@ async def _within_quota(rt: Runtime, picked: Candidate) -> bool:
     return False
 
 
-def _quota_wait(rt: Runtime, snap, target: str, scope: str | None) -> float:
+def _quota_wait(rt: Runtime, snap, target: str, scope: str | None, role: str | None = None) -> float:
     """Seconds until the first usable candidate of `target` skipped for its
     upstream quota has room again (0: none was skipped for it)."""
     now = time.monotonic()
-    waits = [c.state.limited_until - now for c in rt.candidates(snap, target, scope)
+    waits = [c.state.limited_until - now for c in rt.candidates(snap, target, scope, role)
              if c.state.limited_until > now and c.state.usable(now)]
     return min(waits, default=0.0)
 
 
 async def _acquire(
     rt: Runtime, caller: Caller, model: str, exclude: set[str], pkey: bytes | None, blocks: tuple[int, ...],
-    obs: dict, scope: str | None = None,
+    obs: dict, scope: str | None = None, role: str | None = None,
 ) -> Candidate | None:
-    """Select once and take the slot; queue (bounded) when all are at capacity."""
+    """Select once and take the slot; queue (bounded) when all are at capacity.
+    `role`: among a disaggregated model's replicas of that phase only, with
+    the strategy's state (e.g. the round-robin turn) of their own."""
     snap = caller.snap
-    candidates = rt.candidates(snap, model, scope)
+    candidates = rt.candidates(snap, model, scope, role)
     if not candidates:
         return None
     group = scope or model
+    if role is not None:
+        group = f"{group}\x00{role}"
     now = time.monotonic()
     while (picked := rt.selector.pick(group, candidates, now=now, prefix_key=pkey, blocks=blocks,
                                       exclude=exclude)) is not None:

@@ -137,7 +137,7 @@ class Runtime:
         # listener loop sets and clears it, logging once per transition.
         self.redis_error: str | None = None
         self.redis_down_since: float | None = None
-        self._candidates: dict[tuple[str, str | None], tuple[Candidate, ...]] = {}
+        self._candidates: dict[tuple[str, str | None, str | None], tuple[Candidate, ...]] = {}
 
     # -- lifecycle -------------------------------------------------------
     async def start(self, *, publish: bool = True) -> None:
@@ -271,17 +271,22 @@ class Runtime:
                                      min_match=policy.min_match)
 
     # -- hot path helpers ----------------------------------------------------
-    def candidates(self, snap: Snapshot, model: str, scope: str | None = None) -> tuple[Candidate, ...]:
+    def candidates(
+        self, snap: Snapshot, model: str, scope: str | None = None, role: str | None = None
+    ) -> tuple[Candidate, ...]:
         """Candidates of a model (only backends named `scope…` when scoped, e.g.
         one AppProxy circuit's replicas; unscoped, never one confined to its
-        own Host), cached per installed snapshot."""
-        key = (model, scope)
+        own Host; only those of `role` when given: a disaggregated model's
+        phase), cached per installed snapshot."""
+        key = (model, scope, role)
         cached = self._candidates.get(key)
         if cached is None or snap is not self.snapshot:
             if scope is not None:
                 specs = tuple(s for s in snap.by_model.get(model, ()) if s.name.startswith(scope))
             else:
                 specs = snap.open_group(model)
+            if role is not None:
+                specs = tuple(s for s in specs if s.role == role)
             cached = tuple(Candidate(spec, self.states.get(spec.name)) for spec in specs)
             if snap is self.snapshot:
                 self._candidates[key] = cached

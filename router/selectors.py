@@ -97,6 +97,8 @@ def _spec(row: Any) -> BackendSpec:
         responses=str((row.extra or {}).get("responses") or "auto"),
         quota=_quota(row),
         drained=bool(row.drained),
+        role=str((row.extra or {}).get("role") or "both"),
+        bootstrap_port=(row.extra or {}).get("bootstrap_port"),
     )
 
 
@@ -185,6 +187,7 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         response_cache=_response_cache(cfg),
         rate_limits=_client_limits(cfg),
         quota_scope=cfg.rate_limits.scope,
+        disaggregation=dict(cfg.disaggregation),
         api_keys_mode=cfg.api_keys.mode,
         rate_limit_scope=cfg.api_keys.rate_limit_scope,
     )

@@ -83,6 +83,10 @@ def _extra(raw: dict, parsed) -> dict:
         extra["responses"] = parsed.responses
     if parsed.quota is not None:
         extra["quota"] = parsed.quota.model_dump(exclude_none=True)
+    if parsed.role != "both":  # as responses: the default is stored as nothing
+        extra["role"] = parsed.role
+    if parsed.bootstrap_port is not None:
+        extra["bootstrap_port"] = parsed.bootstrap_port
     if parsed.cli is not None:
         # The raw section (its ${VAR} templates kept), resolved when the
         # snapshot is compiled, as the URL and the api_key are.

@@ -63,6 +63,12 @@ class BackendSpec:
     # An operator's drain: never selected for a new request (core/selection);
     # still in the snapshot, so probes, /status and the lists keep it.
     drained: bool = False
+    # Disaggregated prefill/decode (docs/disaggregation.md): the phase this
+    # replica serves for a model with a `disaggregation` protocol
+    # ("prefill" | "decode" | "both"), and an SGLang prefill replica's
+    # bootstrap port (None: the server's default, sent as null).
+    role: str = "both"
+    bootstrap_port: int | None = None
 
     def served_name(self, requested: str) -> str:
         return self.served_model or requested

@@ -261,11 +261,33 @@ class UpstreamBadResponse(UpstreamError):
     message = "The upstream answer is not what the endpoint promises (content type, framing, or cut short)."
 
 
+class PrefillFailed(UpstreamError):
+    """Disaggregated prefill/decode: every prefill replica tried failed and
+    no unified (`both`) replica could serve the request instead."""
+
+    code = "prefill_failed"
+    message = "The prefill phase failed on every prefill replica tried."
+
+
+class DecodeFailed(UpstreamError):
+    """Disaggregated prefill/decode: every decode replica tried failed before its first byte."""
+
+    code = "decode_failed"
+    message = "The decode phase failed on every decode replica tried."
+
+
 class NoBackendAvailable(RouterError):
     status = 503
     type = "server_error"
     code = "no_backend_available"
     message = "No healthy backend is available for this model."
+
+
+class PhaseUnavailable(NoBackendAvailable):
+    """Disaggregated prefill/decode: no healthy replica of a phase (and no unified one)."""
+
+    code = "phase_unavailable"
+    message = "No healthy replica of a phase (prefill or decode) is available for this model."
 
 
 class TooManyUploads(RouterError):

@@ -92,6 +92,9 @@ class Snapshot:
     # and where every bucket, backends' quotas too, is kept (cluster | node).
     rate_limits: ClientLimits | None = None
     quota_scope: str = "cluster"
+    # Model name → its prefill/decode protocol ("vllm" | "sglang"); empty for
+    # most deployments, so a request pays one truthiness check.
+    disaggregation: Mapping[str, str] = field(default_factory=dict)
     api_keys_mode: str = "open"
     rate_limit_scope: str = "node"
     prompts: PromptPolicy | None = None  # global_prompts (None: no prompt anywhere)

@@ -162,6 +162,22 @@ def test_requests_page_shows_observations_newest_first(staff, observations):
     assert "vllm-a: upstream said: &lt;b&gt;overloaded&lt;/b&gt;" in page
 
 
+def test_requests_page_shows_the_routing_path_of_a_disaggregated_request(staff, observations):
+    observations(
+        {
+            "model": "llama", "provider": "d1", "path": "passthrough", "endpoint": "chat/completions",
+            "status": 200, "routing_path": "prefill_then_decode", "prefill_backend": "p1",
+            "prefill_ms": 41.26, "decode_ttft_ms": 7.5, "request_id": "req-pd",
+        },
+    )
+    resp = staff.get("/dashboard/requests/")
+    (item,) = resp.context["sections"]["recent"]["data"]["items"]
+    assert item["routing_path"] == "prefill_then_decode" and item["prefill_backend"] == "p1"
+    page = resp.content.decode()
+    assert "prefill_then_decode · prefill 41.3 ms · decode first byte 7.5 ms" in page
+    assert "prefill on p1" in page
+
+
 def test_requests_page_skips_malformed_observations(staff, observations, redis_prefix):
     from router.observe import recent_key
     from router.redis import sync_client
