@@ -536,7 +536,7 @@ def _check_phases(backends: list[BackendConfig], protocols: Mapping[str, str]) -
                     f"backends[{i}].role: {b.name!r} is a {b.role} replica of {name!r}, which has no "
                     f"disaggregation entry; add disaggregation: {{{name}: vllm | sglang}} or remove the role"
                 )
-            if b.bootstrap_port is not None and protocol != "sglang":
+            if b.bootstrap_port is not None and (protocol is None or not PROTOCOLS[protocol].concurrent):
                 raise ValueError(
                     f"backends[{i}].bootstrap_port: {name!r} is not an SGLang disaggregated model "
                     f"(disaggregation.{name} is {protocol or 'absent'}); only SGLang prefill replicas have one"
