@@ -243,6 +243,11 @@ async def main() -> None:
             archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, check=True, capture_output=True)
             subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
             trees.insert(0, (f"router@{args.baseline}", base))
+            # The baseline's own schema: a DB migrated by this tree may hold
+            # columns its code does not fill.
+            base_db = f"sqlite:///{tmp / 'db-baseline.sqlite3'}"
+            subprocess.run([PY, "manage.py", "migrate", "-v0"], env={**env, "DATABASE_URL": base_db}, cwd=base,
+                           check=True)
         vr = None if args.no_vllm_router else ensure_vllm_router()
         rounds: list[dict[str, dict]] = []
         for _ in range(args.repeat):
@@ -251,7 +256,8 @@ async def main() -> None:
             one: dict[str, dict] = {"direct": await measure(durl, None, duration=args.duration, headers=headers)}
             for label, tree in trees:
                 cmd = router_cmd(args.server if tree == ROOT else "uvicorn", router_port)
-                router = subprocess.Popen(["taskset", "-c", "0", *cmd], env=env, cwd=tree,
+                tree_env = env if tree == ROOT else {**env, "DATABASE_URL": base_db}
+                router = subprocess.Popen(["taskset", "-c", "0", *cmd], env=tree_env, cwd=tree,
                                           stdout=(tmp / f"{label}.log").open("ab"), stderr=subprocess.STDOUT,
                                           start_new_session=True)
                 procs.append(router)
