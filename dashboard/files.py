@@ -74,9 +74,7 @@ def file_rows(query: QueryDict) -> dict[str, Any]:
         qs = qs.filter(owner="" if owner == ANONYMOUS else owner)
     if file_id:
         qs = qs.filter(id=file_id)
-    paginator = Paginator(
-        qs.only("id", "owner", "owner_name", "filename", "purpose", "bytes", "created_at"), PER_PAGE
-    )
+    paginator = Paginator(qs.only("id", "owner", "owner_name", "filename", "purpose", "bytes", "created_at"), PER_PAGE)
     page = paginator.get_page(query.get("page"))  # a bad or past-the-end number: the last or first page
     rows = [
         {

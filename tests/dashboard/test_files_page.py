@@ -16,8 +16,14 @@ pytestmark = pytest.mark.django_db
 
 def stored(file_id: str, *, owner="operator:1", name="eval-key", purpose="batch", size=100, created=None):
     return StoredFile.objects.create(
-        id=file_id, owner=owner, owner_name=name, filename=f"{file_id}.jsonl", purpose=purpose,
-        bytes=size, created_at=created or int(time.time()), storage_name=f"files/{file_id}",
+        id=file_id,
+        owner=owner,
+        owner_name=name,
+        filename=f"{file_id}.jsonl",
+        purpose=purpose,
+        bytes=size,
+        created_at=created or int(time.time()),
+        storage_name=f"files/{file_id}",
     )
 
 
@@ -109,9 +115,19 @@ def test_the_batches_page_links_a_batchs_files(staff):
     stored("file-in")
     stored("file-out")
     Batch.objects.create(
-        id="batch_x", owner="operator:1", owner_name="eval-key", endpoint="/v1/chat/completions",
-        input_file_id="file-in", completion_window="24h", status="completed", created_at=now,
-        expires_at=now + 86400, total=1, completed=1, output_file_id="file-out", error_file_id="file-err",
+        id="batch_x",
+        owner="operator:1",
+        owner_name="eval-key",
+        endpoint="/v1/chat/completions",
+        input_file_id="file-in",
+        completion_window="24h",
+        status="completed",
+        created_at=now,
+        expires_at=now + 86400,
+        total=1,
+        completed=1,
+        output_file_id="file-out",
+        error_file_id="file-err",
     )
     html = staff.get("/dashboard/batches/").content.decode()
     assert 'href="/dashboard/files/?file=file-in"' in html
