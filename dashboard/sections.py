@@ -105,6 +105,7 @@ PAGES: tuple[Page, ...] = (
     Page("keys", "Keys", ("top_keys", "keys")),
     Page("requests", "Requests", ("recent",)),
     Page("batches", "Batches", ("batches",)),
+    Page("files", "Files", ()),  # a filtered, paged table, not live sections: dashboard.files
     Page("events", "Events", ("events_off", "events"), needs="EventRecord", modes=modes.ANY),
     Page("publications", "Publications", ("publications", "router"), needs="Publication", modes=(modes.ROUTER,)),
 )

@@ -30,6 +30,7 @@ PAGES = (
     "/dashboard/keys/",
     "/dashboard/requests/",
     "/dashboard/batches/",
+    "/dashboard/files/",
     "/dashboard/events/",
     "/dashboard/publications/",
 )
