@@ -69,6 +69,7 @@ static_app = StaticFiles(django_app)  # what is no static file is a 404 (config/
 LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 DIRECT = direct.PATHS
 SURFACE = surface.PATHS  # images, audio, moderations, rerank, score (also /rerank, /v2/rerank)
+direct.PENDING.limit = server.limits().max_pending_body_bytes  # bodies still arriving, all together
 server.settle_gc()  # what the imports built is kept for the process's life
 server.share_the_interpreter()  # the loop waits at most ~1 ms for a busy thread
 

@@ -12,6 +12,9 @@ Invariants:
   (`Admission`, a plain counter: one event loop per process, so no lock). Past
   it a request is answered at once with 503 + Retry-After instead of queueing
   behind the others. Probes (/livez, /readyz) and /metrics are never counted.
+- Bodies still arriving hold no admission slot; together they may hold at
+  most ROUTER_MAX_PENDING_BODY_BYTES of memory in one process (503 +
+  Retry-After past it; router/frontends/direct.py BodyBudget).
 
 The values come from the environment, read on first use (not at import, and
 not from Django settings: the protocol classes run before Django is set up).
@@ -47,6 +50,7 @@ DEFAULTS = {
     "ROUTER_HEADER_TIMEOUT": 10,
     "ROUTER_BODY_TIMEOUT": 60,
     "ROUTER_SEND_TIMEOUT": 30,
+    "ROUTER_MAX_PENDING_BODY_BYTES": 256 * 1024 * 1024,
 }
 # The request line (method, URL, version) may take this much on top of the headers.
 REQUEST_LINE_BYTES = 8 * 1024
@@ -62,6 +66,9 @@ class Limits:
     header_timeout_s: int = DEFAULTS["ROUTER_HEADER_TIMEOUT"]
     body_timeout_s: int = DEFAULTS["ROUTER_BODY_TIMEOUT"]
     send_timeout_s: int = DEFAULTS["ROUTER_SEND_TIMEOUT"]
+    # Bytes of /v1 bodies still arriving, over the whole process (they hold
+    # no admission slot); 0: no bound (router/frontends/direct.py BodyBudget).
+    max_pending_body_bytes: int = DEFAULTS["ROUTER_MAX_PENDING_BODY_BYTES"]
 
     def head_bytes(self) -> int:
         """Raw bytes a whole request head may take: headers, their `: ` and
@@ -91,6 +98,7 @@ def limits_from(env: Mapping[str, str]) -> Limits:
         header_timeout_s=_env_int(env, "ROUTER_HEADER_TIMEOUT", minimum=0),
         body_timeout_s=_env_int(env, "ROUTER_BODY_TIMEOUT", minimum=0),
         send_timeout_s=_env_int(env, "ROUTER_SEND_TIMEOUT", minimum=0),
+        max_pending_body_bytes=_env_int(env, "ROUTER_MAX_PENDING_BODY_BYTES", minimum=0),
     )
 
 

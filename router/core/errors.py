@@ -331,3 +331,10 @@ def catalogue() -> list[type[RouterError]]:
         seen.append(cls)
         stack.extend(cls.__subclasses__())
     return seen
+
+
+class BodiesPending(RouterError):
+    status = 503
+    type = "server_error"
+    code = "request_bodies_pending"
+    message = "The router is receiving too many request bodies at once; retry shortly."

@@ -45,7 +45,7 @@ from django.conf import settings
 
 from .. import tracing
 from ..admission import Call, headers_of
-from ..core.errors import RequestTooLarge, RouterError, ShuttingDown
+from ..core.errors import BodiesPending, RequestTooLarge, RouterError, ShuttingDown
 from ..observe import Gaps
 from ..pipeline import Routed, refused
 from ..providers.base import AnswerCut
@@ -107,8 +107,39 @@ class _Gone(Exception):
     """The client disconnected while the body was being read."""
 
 
-async def read_body(receive, limit: int) -> bytes | None:
-    """The whole body, or None once it is past `limit`; raises _Gone on a disconnect.
+class BodyBudget:
+    """The bytes of `/v1` bodies this process is still receiving. A body
+    takes no admission slot while it arrives (config/asgi.py), so without a
+    bound of their own, many slow clients could each hold up to
+    server.max_body_bytes in memory at once; past `limit`
+    (ROUTER_MAX_PENDING_BODY_BYTES; 0: none) a new or growing body is refused
+    503 with Retry-After. Only the event loop's thread touches it."""
+
+    __slots__ = ("held", "limit", "refused")
+
+    def __init__(self) -> None:
+        self.limit = 0
+        self.held = 0
+        self.refused = 0
+
+    def room(self, more: int) -> bool:
+        if self.limit and self.held + more > self.limit:
+            self.refused += 1
+            return False
+        return True
+
+
+PENDING = BodyBudget()
+
+
+class _Over(Exception):
+    """The process's body budget (BodyBudget) ran out while this body arrived."""
+
+
+async def read_body(receive, limit: int, budget: BodyBudget = PENDING) -> bytes | None:
+    """The whole body, or None once it is past `limit`; raises _Gone on a
+    disconnect, _Over when the process's `budget` of bodies being received
+    has no room for the next chunk.
 
     The OpenAI door parses the body as one JSON document in memory anyway, so
     it is gathered as bytes (never more than `limit` of them)."""
@@ -119,18 +150,28 @@ async def read_body(receive, limit: int) -> bytes | None:
     if not message.get("more_body", False):
         return body if len(body) <= limit else None
     chunks = [body]
-    size = len(body)
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Gone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    size = held = len(body)
+    if not budget.room(held):
+        raise _Over()
+    budget.held += held
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Gone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            if not budget.room(len(chunk)):
+                raise _Over()
+            budget.held += len(chunk)
+            held += len(chunk)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    finally:
+        budget.held -= held
 
 
 # A request still being served after this long gets a listener for its
@@ -172,13 +213,19 @@ async def read_request(scope: dict[str, Any], receive, send) -> bytes | None:
     or its client went away. Read before the request is admitted
     (config/asgi.py): reading takes no admission slot."""
     limit = body_limit()
-    if declared_length(scope) > limit:
+    declared = declared_length(scope)
+    if declared > limit:
         # Refuse before reading a byte: a huge body never reaches memory.
         await send_too_large(send, limit)
         return None
     try:
+        if not PENDING.room(declared):
+            raise _Over()
         raw = await read_body(receive, limit)
     except _Gone:
+        return None
+    except _Over:
+        await send_error(send, BodiesPending(headers={"Retry-After": "1"}))
         return None
     if raw is None:
         await send_too_large(send, limit)

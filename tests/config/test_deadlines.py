@@ -72,6 +72,45 @@ def test_half_sent_bodies_take_no_admission_slot(backend):
                 sock.close()
 
 
+def test_bodies_still_arriving_share_one_memory_bound(backend):
+    """Slow clients each sending a large body (no admission slot while they
+    do) may hold ROUTER_MAX_PENDING_BODY_BYTES between them: the next large
+    body is refused 503 with Retry-After at once, a small request is still
+    served, and the bytes are released when the senders go."""
+    with RouterProc(config_for(backend), env={"ROUTER_MAX_PENDING_BODY_BYTES": "1000000",
+                                              "ROUTER_BODY_TIMEOUT": "60"}) as router:
+        senders: list[socket.socket] = []
+        refused = b""
+        try:
+            for _ in range(4):
+                sock = socket.create_connection(("127.0.0.1", router.port), timeout=30)
+                senders.append(sock)
+                sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                             b"content-length: 700000\r\n\r\n" + b"x" * 400_000)
+                sock.settimeout(3)
+                try:
+                    refused = sock.recv(65536)
+                except TimeoutError:
+                    continue  # being read: it holds its 400 kB
+                break
+            assert refused.startswith(b"HTTP/1.1 503 "), refused[:200]
+            assert len(senders) >= 2  # the first one always fits
+            head, _, body = refused.partition(b"\r\n\r\n")
+            assert b"retry-after: 1" in head.lower()
+            assert json.loads(body)["error"]["code"] == "request_bodies_pending"
+            assert httpx.post(router.url + "/v1/chat/completions", json=CHAT, timeout=30).status_code == 200
+        finally:
+            for sock in senders:
+                sock.close()
+
+        def large_body_fits() -> bool:
+            r = httpx.post(router.url + "/v1/chat/completions", timeout=30,
+                           json={**CHAT, "messages": [{"role": "user", "content": "x" * 600_000}]})
+            return r.status_code == 200
+
+        wait_until(large_body_fits, 20, interval=0.2, what="the senders' bytes released")
+
+
 def test_a_body_that_stops_arriving_is_answered_408_and_closed(backend):
     with RouterProc(config_for(backend), env={"ROUTER_BODY_TIMEOUT": "1"}) as router:
         sock = half_sent(router.port)
