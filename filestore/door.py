@@ -30,7 +30,7 @@ from router.core.errors import (
     RouterError,
     TooManyUploads,
 )
-from router.frontends.direct import declared_length, send_error
+from router.frontends.direct import declared_length, serve_guarded
 
 from . import db, selectors, services, upload, wire
 from .owner import owner_of
@@ -49,22 +49,7 @@ _uploads = 0  # uploads under way in this process (one event loop: no lock)
 
 
 async def serve(scope: dict[str, Any], receive, send) -> None:
-    started = False
-
-    async def sending(message: dict[str, Any]) -> None:
-        nonlocal started
-        started = True
-        await send(message)
-
-    try:
-        await _serve(scope, receive, sending)
-    except RouterError as exc:
-        if not started:
-            await send_error(send, _closing(exc))
-    except Exception as exc:  # a bug or a storage failure: OpenAI's 500, never a traceback
-        log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
-        if not started:
-            await send_error(send, RouterError())
+    await serve_guarded(_serve, scope, receive, send, shaped=_closing)
 
 
 def _closing(exc: RouterError) -> RouterError:

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs
 import orjson
 
 from router.admission import Call, admit, ready_snapshot
-from router.core.errors import InvalidJSON, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge, RouterError
-from router.frontends.direct import send_error
+from router.core.errors import InvalidJSON, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge
+from router.frontends.direct import serve_guarded
 
 from .. import db
 from ..door import drain, send_json
@@ -35,22 +35,7 @@ def handles(path: str) -> bool:
 
 
 async def serve(scope: dict[str, Any], receive, send) -> None:
-    started = False
-
-    async def sending(message: dict[str, Any]) -> None:
-        nonlocal started
-        started = True
-        await send(message)
-
-    try:
-        await _serve(scope, receive, sending)
-    except RouterError as exc:
-        if not started:
-            await send_error(send, exc)
-    except Exception as exc:  # a bug or a DB failure: OpenAI's 500, never a traceback
-        log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
-        if not started:
-            await send_error(send, RouterError())
+    await serve_guarded(_serve, scope, receive, send)
 
 
 async def _serve(scope: dict[str, Any], receive, send) -> None:

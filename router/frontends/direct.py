@@ -310,6 +310,31 @@ async def _stopped(send, routed: Routed | None) -> None:
         pass
 
 
+async def serve_guarded(handler, scope: dict[str, Any], receive, send, *,
+                        shaped: Callable[[RouterError], RouterError] = lambda exc: exc) -> None:
+    """Run a door of its own (`handler(scope, receive, send)`: the Files,
+    Batches and stored-responses doors) so that what it raises before its
+    answer began reaches the client in OpenAI's shape: a RouterError as
+    itself (through `shaped`), anything else logged and answered 500, never
+    a traceback. Once the answer began, nothing more is sent."""
+    started = False
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal started
+        started = True
+        await send(message)
+
+    try:
+        await handler(scope, receive, sending)
+    except RouterError as exc:
+        if not started:
+            await send_error(send, shaped(exc))
+    except Exception as exc:  # a bug, the DB or the storage away
+        log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
+        if not started:
+            await send_error(send, RouterError())
+
+
 async def send_error(send, exc: RouterError) -> None:
     """An error in the door's shape, with its own headers (e.g. Retry-After)."""
     body = exc.to_body()
