@@ -17,7 +17,6 @@ import logging
 from typing import Any
 from urllib.parse import parse_qs
 
-import orjson
 from django.conf import settings
 
 from router.admission import Call, admit, ready_snapshot
@@ -30,7 +29,7 @@ from router.core.errors import (
     RouterError,
     TooManyUploads,
 )
-from router.frontends.direct import declared_length, serve_guarded
+from router.frontends.direct import declared_length, drain, send_json, serve_guarded
 
 from . import db, selectors, services, upload, wire
 from .owner import owner_of
@@ -179,24 +178,3 @@ async def _content(send, row) -> None:
         await asyncio.to_thread(handle.close)
 
 
-async def drain(receive) -> bool:
-    """Read a GET/DELETE's (empty) body to its end, so its body deadline
-    stops; False if the client went away. What a client sends is ignored."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        if not message.get("more_body", False):
-            return True
-
-
-async def send_json(send, payload: dict[str, Any]) -> None:
-    body = orjson.dumps(payload)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

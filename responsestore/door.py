@@ -23,7 +23,7 @@ import orjson
 
 from router.admission import Call, admit, ready_snapshot
 from router.core.errors import InvalidRequest, MethodNotAllowed, NotFound, ResponseNotFound, RouterError
-from router.frontends.direct import serve_guarded
+from router.frontends.direct import drain, send_json, serve_guarded
 
 from . import db, items, selectors, services
 from .owner import owner_of
@@ -52,7 +52,7 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
         raise MethodNotAllowed(f"{method} is not allowed on {scope['path']}.", headers={"Allow": ", ".join(allowed)})
     caller = await admit(Call(scope), await ready_snapshot())
     owner, _ = owner_of(caller)
-    if not await _drain(receive):
+    if not await drain(receive):
         return
     response_id = parts[0]
     query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("latin1")).items()}
@@ -64,7 +64,7 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
             pending.deleted = True  # the drainer skips it
         if not await db.run(services.response_delete, owner, response_id) and pending is None:
             raise _missing(response_id)
-        await _json(send, orjson.dumps({"id": response_id, "object": "response", "deleted": True}))
+        await send_json(send, orjson.dumps({"id": response_id, "object": "response", "deleted": True}))
     else:
         if query.get("stream") in ("true", "True", "1"):
             raise InvalidRequest("Streaming a stored response again is not supported.", param="stream")
@@ -74,7 +74,7 @@ async def _serve(scope: dict[str, Any], receive, send) -> None:
             body = await db.run(selectors.response_json, owner, response_id)
         if body is None:
             raise _missing(response_id)
-        await _json(send, body)
+        await send_json(send, body)
 
 
 def _missing(response_id: str) -> RouterError:
@@ -107,26 +107,4 @@ async def _input_items(send, owner: str, response_id: str, query: dict[str, str]
         "last_id": data[-1].get("id") if data else None,
         "has_more": more,
     }
-    await _json(send, orjson.dumps(page))
-
-
-async def _drain(receive) -> bool:
-    """Read a GET/DELETE's (empty) body to its end, so its body deadline
-    stops; False if the client went away. What a client sends is ignored."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        if not message.get("more_body", False):
-            return True
-
-
-async def _json(send, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, orjson.dumps(page))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +30,7 @@ from router.core.errors import InvalidRequest, PreviousResponseNotFound
 from router.extensions import Kept
 from router.providers.base import WIRE_OPENAI, Exchange, Renders
 from router.request import Envelope
-from router.respcache.assemble import Assembler, assembler
+from router.respcache.assemble import assembler, tee
 
 from . import db, items, selectors
 from .owner import owner_of
@@ -122,11 +121,4 @@ class _Storing:
             done(ok, info)
 
         source = self.inner.relay(ex, env, finished)
-        return source if asm is None else _tee(source, asm)
-
-
-async def _tee(source: AsyncIterator[bytes], asm: Assembler) -> AsyncIterator[bytes]:
-    async with aclosing(source):  # type: ignore[type-var]
-        async for chunk in source:
-            asm.feed(chunk)
-            yield chunk
+        return source if asm is None else tee(source, asm)

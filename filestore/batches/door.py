@@ -17,10 +17,9 @@ import orjson
 
 from router.admission import Call, admit, ready_snapshot
 from router.core.errors import InvalidJSON, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge
-from router.frontends.direct import serve_guarded
+from router.frontends.direct import drain, send_json, serve_guarded
 
 from .. import db
-from ..door import drain, send_json
 from ..owner import owner_of
 from . import store, wire
 

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
+import orjson
 from django.conf import settings
 
 from .. import tracing
@@ -333,6 +334,25 @@ async def serve_guarded(handler, scope: dict[str, Any], receive, send, *,
         log.error("serving %s failed: %s", scope.get("path"), type(exc).__name__, exc_info=exc)
         if not started:
             await send_error(send, RouterError())
+
+
+async def drain(receive) -> bool:
+    """Read a GET/DELETE's (empty) body to its end, so its body deadline
+    stops; False if the client went away. What a client sends is ignored."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return False
+        if not message.get("more_body", False):
+            return True
+
+
+async def send_json(send, payload: dict[str, Any] | bytes) -> None:
+    """A 200 with a JSON body (`payload`, or its bytes already encoded)."""
+    body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def send_error(send, exc: RouterError) -> None:

@@ -19,6 +19,8 @@ last line, nothing more (`framing.SseEvents`, bounded by `limit`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -307,3 +309,11 @@ def assembler(endpoint: str, event_stream: bool, limit: int) -> Assembler | None
         return WholeAssembler(limit)
     kind = _BY_ENDPOINT.get(endpoint)
     return None if kind is None else kind(limit)
+
+
+async def tee(source: AsyncIterator[bytes], asm: Assembler) -> AsyncIterator[bytes]:
+    """`source` as it comes, each chunk fed to `asm` first; closing this closes `source`."""
+    async with aclosing(source):  # type: ignore[type-var]
+        async for chunk in source:
+            asm.feed(chunk)
+            yield chunk

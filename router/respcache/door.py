@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -40,7 +39,7 @@ from ..providers.base import WIRE_OPENAI, Exchange, Renders
 from ..request import Envelope
 from ..runtime import get_runtime, on_channel
 from . import replay, shared
-from .assemble import Assembler, assembler
+from .assemble import assembler, tee
 from .key import ENDPOINTS, NO_CACHE, NO_STORE, deterministic, digest, directive
 from .memory import Entry, MemoryTier
 
@@ -200,15 +199,7 @@ class _Storing:
             done(ok, info)
 
         source = self.inner.relay(ex, env, finished)
-        return source if asm is None else _tee(source, asm)
-
-
-async def _tee(source: AsyncIterator[bytes], asm: Assembler) -> AsyncIterator[bytes]:
-    """`source` as it comes, each chunk fed to `asm` first; closing this closes `source`."""
-    async with aclosing(source):  # type: ignore[type-var]
-        async for chunk in source:
-            asm.feed(chunk)
-            yield chunk
+        return source if asm is None else tee(source, asm)
 
 
 def purged(data: bytes | str | None) -> None:
