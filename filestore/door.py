@@ -36,7 +36,6 @@ from .owner import owner_of
 
 PREFIX = "/v1/files"
 SLICE = 1 << 20  # a download is sent in slices of this many bytes
-_JSON = b"application/json"
 log = logging.getLogger(__name__)
 
 
