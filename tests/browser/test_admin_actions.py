@@ -159,7 +159,9 @@ def test_a_valid_edit_applies_after_its_diff_and_a_rollback_restores_it(page, no
     text = editor_text(page)
     assert UPSTREAM_SECRET not in text and "api_key: '***'" in text
     version = current_version(page)
-    page.fill("#config-text", text.replace("selection_strategy: weighted_round_robin", "selection_strategy: least_in_flight"))
+    page.fill(
+        "#config-text", text.replace("selection_strategy: weighted_round_robin", "selection_strategy: least_in_flight")
+    )
 
     page.click("#config-apply")
     diff = page.locator("#config-diff")
@@ -177,7 +179,9 @@ def test_a_valid_edit_applies_after_its_diff_and_a_rollback_restores_it(page, no
     expect(newest).to_contain_text("user:admin")
 
     page.locator(f"#versions-table tr[data-version='{version}'] button[data-version-action=rollback]").click()
-    expect(page.locator("#history-status")).to_contain_text(f"Rolled back: version {version + 2} equals version {version}.")
+    expect(page.locator("#history-status")).to_contain_text(
+        f"Rolled back: version {version + 2} equals version {version}."
+    )
     expect_version(page, version + 2)
     assert "selection_strategy: weighted_round_robin" in editor_text(page)
     assert "weighted_round_robin" in config_file.read_text() and UPSTREAM_SECRET in config_file.read_text()
@@ -231,7 +235,9 @@ def test_drain_buttons_and_the_audit_page_list_the_actions(page, node, backends)
     expect(page.locator("#audit-range")).to_have_text("1–2 of 2")
 
 
-@pytest.mark.parametrize("path", ["/dashboard/config/", "/dashboard/keys/", "/dashboard/backends/", "/dashboard/audit/"])
+@pytest.mark.parametrize(
+    "path", ["/dashboard/config/", "/dashboard/keys/", "/dashboard/backends/", "/dashboard/audit/"]
+)
 def test_no_secret_in_any_page(page, node, path):
     """Neither the upstream api_key of the YAML nor a key's plaintext is in
     the HTML, nor in what the page's scripts loaded into it."""
