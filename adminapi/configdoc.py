@@ -167,6 +167,12 @@ def _diff(old: Any, new: Any, old_name: str, new_name: str) -> str:
     )
 
 
+def _source(actor: str) -> str:
+    """A staff session is the dashboard (its pages call this API); a token is
+    a script."""
+    return "dashboard" if actor.startswith("user:") else "api"
+
+
 def write_text(request: HttpRequest, text: bytes, *, dry_run: bool, expected: int | None, action: str, note: str = ""
            ) -> WriteOut:  # fmt: skip
     """Validate `text`, then (unless a dry run) make it the config."""
@@ -189,7 +195,7 @@ def write_text(request: HttpRequest, text: bytes, *, dry_run: bool, expected: in
                          detail={"from_version": number, "to_version": now, **({"note": note} if note else {})})
 
         now = services.config_write(
-            text, origin=config_history.Origin("api", actor, note), expected=expected, also=audited if changed else None
+            text, origin=config_history.Origin(_source(actor), actor, note), expected=expected, also=audited if changed else None
         )
     except services.ConfigNotWritable as exc:
         raise Conflict(str(exc)).with_code("config_not_writable") from exc

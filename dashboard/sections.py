@@ -93,6 +93,7 @@ class Page:
     sections: tuple[str, ...]
     needs: str | None = None  # an appproxy model the page is about
     modes: tuple[str, ...] = ()  # listed in the nav only while one of these AppProxy modes is on (dashboard.modes)
+    tools: str = ""  # a partial above the sections: forms that call the admin API (not live)
 
 
 PAGES: tuple[Page, ...] = (
@@ -102,10 +103,12 @@ PAGES: tuple[Page, ...] = (
     Page("cluster", "Cluster", ("cluster",)),
     Page("models", "Models", ("models",)),
     Page("circuits", "Circuits", ("circuits_off", "circuits"), needs="Circuit", modes=modes.ANY),
-    Page("keys", "Keys", ("top_keys", "keys")),
+    Page("keys", "Keys", ("top_keys", "keys"), tools="dashboard/tools/key_create.html"),
+    Page("config", "Config", ()),  # the editor and the history: views.config_page
     Page("requests", "Requests", ("recent",)),
     Page("batches", "Batches", ("batches",)),
     Page("files", "Files", ()),  # a filtered, paged table, not live sections: dashboard.files
+    Page("audit", "Audit", ()),  # the audit log: views.audit_page
     Page("events", "Events", ("events_off", "events"), needs="EventRecord", modes=modes.ANY),
     Page("publications", "Publications", ("publications", "router"), needs="Publication", modes=(modes.ROUTER,)),
 )

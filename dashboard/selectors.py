@@ -281,6 +281,7 @@ def key_rows(day: list[key_usage.Usage] | None = None) -> dict[str, Any]:
         "rate_limit",
         "allowed_client_ips",
         "revoked_at",
+        "disabled_at",
         "created_at",
     )
     qs = key_list().only(*fields)
@@ -313,6 +314,7 @@ def key_rows(day: list[key_usage.Usage] | None = None) -> dict[str, Any]:
                 "expired": key.expires_at is not None and key.expires_at <= now,
                 "rate_limit": key.rate_limit,
                 "revoked": key.revoked_at is not None,
+                "disabled": key.disabled_at is not None,
                 "revoked_at": iso(key.revoked_at),
                 "created_at": iso(key.created_at),
             }

@@ -92,6 +92,25 @@ def chart_json(request: HttpRequest, metric: str) -> HttpResponse:
 PAGE_VIEWS["charts"] = charts_page
 
 
+def _api_page(slug: str, template: str):
+    """A page whose script reads and changes through the admin API
+    (/api/v1, the staff session with its CSRF token): the view renders the
+    frame only, so the operations exist once, in adminapi."""
+
+    @staff_member_required
+    @never_cache
+    def view(request: HttpRequest) -> HttpResponse:
+        page = next(p for p in PAGES if p.slug == slug)
+        return render(request, template, {"page": page, "nav": _nav(), "poll_ms": POLL_MS})
+
+    view.__name__ = f"{slug}_page"
+    return view
+
+
+PAGE_VIEWS["config"] = _api_page("config", "dashboard/config.html")
+PAGE_VIEWS["audit"] = _api_page("audit", "dashboard/audit.html")
+
+
 @staff_member_required
 @never_cache
 def live_json(request: HttpRequest) -> HttpResponse:

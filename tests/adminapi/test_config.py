@@ -172,3 +172,24 @@ def test_backends_before_a_ready_snapshot_come_from_the_mirror_with_secrets_mask
     assert b"hunter2" not in api("GET", "/backends").content
     paged = api("GET", "/backends?limit=1&offset=1").json()
     assert [b["name"] for b in paged["data"]] == ["b"] and paged["total"] == 2
+
+
+def test_a_staff_session_s_write_is_a_dashboard_version(config_file):
+    """The dashboard's pages call this API with the staff session: their
+    versions say so (source dashboard, actor user:<name>)."""
+    from django.contrib.auth.models import User
+    from django.http import HttpRequest
+    from django.middleware.csrf import get_token
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_user("op", password="pw", is_staff=True))
+    token = get_token(HttpRequest())
+    client.cookies["csrftoken"] = token
+    text = BASE.replace("models: [m1]\n    api_key", "models: [m1, m3]\n    api_key")
+    r = client.put(
+        "/api/v1/config", text, content_type="application/yaml", HTTP_IF_MATCH='"1"', HTTP_X_CSRFTOKEN=token
+    )
+    assert r.status_code == 200, r.content
+    v = ConfigVersion.objects.get(number=2)
+    assert (v.source, v.actor) == ("dashboard", "user:op")
