@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from .core.buckets import Item, NodeBuckets
+from .core.buckets import ALWAYS, Item, NodeBuckets, Rate
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ return {1, 0, -1}
 """
 
 NEVER = -1e18  # ARGV for core.buckets.ALWAYS (-inf does not cross to Lua)
+CHARGE_EVERY = 0.1  # seconds: answers' tokens are paid to Redis in one call this often
 
 
 class QuotaStore:
@@ -87,6 +89,8 @@ class QuotaStore:
         self._down_until = 0.0  # loop time; this process's buckets until then
         self.degraded = False
         self._charges: set[asyncio.Task] = set()
+        self._owed: dict[str, tuple[Rate, float]] = {}  # tokens charged since the last payment
+        self._flush: asyncio.TimerHandle | None = None
 
     async def take(self, items: Sequence[Item], now: float) -> tuple[float, int]:
         """(0, -1) when every bucket had what it needs and paid its cost;
@@ -120,18 +124,32 @@ class QuotaStore:
 
     def charge(self, item: Item, now: float) -> None:
         """Pay what an answer cost (its tokens) without holding anyone up: at
-        once in this process's buckets, else in the background (at most 1,000
-        charges in flight; past that, this process's buckets take it)."""
-        if self.scope == "node" or len(self._charges) >= 1000:
+        once in this process's buckets; in Redis, summed per bucket and paid
+        by one script call for all of them every CHARGE_EVERY seconds (a
+        bucket per backend: the sum is bounded by the backends)."""
+        if self.scope == "node":
             self.node.take((item,), now)
             return
-        try:
-            task = asyncio.get_running_loop().create_task(self.take((item,), now))
-        except RuntimeError:  # no loop (a thread): this process's buckets
-            self.node.take((item,), now)
-            return
-        self._charges.add(task)
-        task.add_done_callback(self._charges.discard)
+        name, rate, cost, _need = item
+        held = self._owed.get(name)
+        self._owed[name] = (rate, cost + (held[1] if held is not None else 0.0))
+        if self._flush is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a thread): this process's buckets
+                self.node.take((item,), now)
+                self._owed.pop(name, None)
+                return
+            self._flush = loop.call_later(CHARGE_EVERY, self._pay)
+
+    def _pay(self) -> None:
+        self._flush = None
+        owed, self._owed = self._owed, {}
+        if owed:
+            items = [(name, rate, cost, ALWAYS) for name, (rate, cost) in owed.items()]
+            task = asyncio.get_running_loop().create_task(self.take(items, time.time()))
+            self._charges.add(task)
+            task.add_done_callback(self._charges.discard)
 
     def _script(self) -> Any:
         loop_id = id(asyncio.get_running_loop())

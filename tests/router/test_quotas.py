@@ -4,6 +4,7 @@ Redis that does not answer falls back to this process's buckets."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
@@ -79,21 +80,28 @@ async def test_redis_down_falls_back_to_this_process_and_says_so_once(caplog) ->
     assert sum("cluster rate limits unavailable" in r.getMessage() for r in caplog.records) == 1
 
 
-async def test_charges_are_paid_in_the_background(clean_redis) -> None:
+async def test_charges_are_paid_in_the_background_in_one_call(clean_redis) -> None:
+    """Answers' tokens are summed per bucket and paid to Redis together a
+    moment later: the caller never waits on Redis for them."""
     prefix = _prefix()
     clean_redis.append(prefix)
     store = QuotaStore("cluster", prefix=prefix)
     quota = Quota(tpm=Rate(per_s=10 / 60, burst=10.0))
+    other = Quota(tpm=Rate(per_s=10 / 60, burst=10.0))
     now = 1_700_000_000.0
-    item = token_item("b", quota, 30)
-    assert item is not None
-    store.charge(item, now)
-    pending = list(store._charges)
-    assert pending  # not awaited by the caller
-    for task in pending:
-        await task
+    for name, q, tokens in (("b", quota, 15), ("b", quota, 15), ("c", other, 4)):
+        item = token_item(name, q, tokens)
+        assert item is not None
+        store.charge(item, now)
+    assert not store._charges and store._owed["b:b:t"][1] == 30  # owed, not yet sent
+    deadline = asyncio.get_running_loop().time() + 10
+    while (store._owed or store._charges) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    assert not store._owed and not store._charges
+    # Paid at the flush's own clock (a moment after `now`): b is 10 - 30, floored at -10; c is 6.
     wait, _ = await store.take(request_items("b", quota), now)
-    assert wait == pytest.approx(11 / (10 / 60), abs=0.01)  # 10 - 30, floored at -10; then back to 1
+    assert wait == pytest.approx(11 / (10 / 60), abs=0.1)
+    assert await store.take(request_items("c", other), now) == (0.0, -1)
 
 
 def test_scope_and_retry_after() -> None:
