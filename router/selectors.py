@@ -21,7 +21,7 @@ from .config_schema import CliConfig, QuotaConfig, RateConfig, RouterFile, inter
 from .core.backend import BackendSpec, CliSpec
 from .core.buckets import ClientLimits, Quota, Rate
 from .core.cors import CorsPolicy
-from .core.health import HealthPolicy
+from .core.health import MAX_COOLDOWN_S, HealthPolicy
 from .core.ipnets import parse_networks
 from .core.secret import Secret
 from .core.snapshot import (
@@ -168,6 +168,8 @@ def _document_fields(cfg: RouterFile) -> dict[str, Any]:
         health=HealthPolicy(
             failure_threshold=h.failure_threshold,
             cooldown_s=h.cooldown,
+            # The breaker's backoff grows to 120 s, or stays at a longer cooldown.
+            max_cooldown_s=max(MAX_COOLDOWN_S, h.cooldown),
             interval_s=h.interval,
             timeout_s=h.timeout,
             path=h.path,

@@ -45,12 +45,15 @@ class Probe(Enum):
     FAILED = "failed"  # anything else: a timeout, another 5xx
 
 
+MAX_COOLDOWN_S = 120.0  # where the breaker's cooldown backoff stops growing (unless cooldown is longer)
+
+
 @dataclass(frozen=True, slots=True)
 class HealthPolicy:
     # Passive circuit breaker.
     failure_threshold: int = 3
     cooldown_s: float = 10.0
-    max_cooldown_s: float = 120.0
+    max_cooldown_s: float = MAX_COOLDOWN_S
     backoff: float = 2.0
     # Latency EWMA weight of the newest sample.
     ewma_alpha: float = 0.3

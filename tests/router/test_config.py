@@ -81,3 +81,16 @@ def test_manage_check_reports_an_invalid_config(tmp_path):
     out = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "router.E002" in out.stderr and "backends[0].wieght: unknown key" in out.stderr
+
+
+def test_a_cooldown_past_the_backoff_cap_compiles():
+    """health.cooldown above the breaker's 120 s backoff cap is accepted and
+    kept (it used to pass the config and fail the snapshot, so the router
+    never became ready)."""
+    from router.selectors import _document_fields
+
+    cfg, _ = parse("health: {cooldown: 300}\n")
+    policy = _document_fields(cfg)["health"]
+    assert (policy.cooldown_s, policy.max_cooldown_s) == (300, 300)
+    cfg, _ = parse("health: {cooldown: 10}\n")
+    assert _document_fields(cfg)["health"].max_cooldown_s == 120
