@@ -5,36 +5,20 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from router.admin import ReadOnlyAdmin
+
 from .models import Batch, StoredFile
 
 
 @admin.register(StoredFile)
-class StoredFileAdmin(admin.ModelAdmin):
+class StoredFileAdmin(ReadOnlyAdmin):
     list_display = ("id", "filename", "purpose", "bytes", "owner_name", "owner", "created_at")
     list_filter = ("purpose",)
     search_fields = ("id", "filename", "owner", "owner_name")
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(Batch)
-class BatchAdmin(admin.ModelAdmin):
+class BatchAdmin(ReadOnlyAdmin):
     list_display = ("id", "status", "endpoint", "model", "total", "completed", "failed", "owner_name", "created_at")
     list_filter = ("status", "endpoint")
     search_fields = ("id", "owner", "owner_name", "input_file_id")
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -321,7 +321,9 @@ class BackendAdmin(admin.ModelAdmin):
             bump_revision(f"admin: deleted backends {', '.join(names)}")
 
 
-class _ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only their writers change: listed, never added, edited or deleted here."""
+
     def has_add_permission(self, request) -> bool:
         return False
 
@@ -333,13 +335,13 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(RoutingRevision)
-class RoutingRevisionAdmin(_ReadOnlyAdmin):
+class RoutingRevisionAdmin(ReadOnlyAdmin):
     list_display = ("revision", "reason", "updated_at")
     fields = readonly_fields = ("revision", "reason", "updated_at")
 
 
 @admin.register(ConfigDocument)
-class ConfigDocumentAdmin(_ReadOnlyAdmin):
+class ConfigDocumentAdmin(ReadOnlyAdmin):
     list_display = ("path", "digest_short", "applied_at")
     fields = readonly_fields = ("path", "digest", "applied_at", "document_view")
 
