@@ -142,6 +142,9 @@ class Behavior:
     # its first chunk until this event is set: a test sees the first bytes
     # arrive while the backend is still answering, with no timing involved.
     hold: threading.Event | None = None
+    # Every POST waits, once recorded, until this event is set: a test orders
+    # two replicas' answers (one fails only after the other got its request).
+    gate: threading.Event | None = None
 
     def reset(self) -> None:
         fresh = Behavior()
@@ -200,6 +203,9 @@ class Faults:
             await abort_connection(request)
         if b.hang:
             await wait_forever()
+        if b.gate is not None:
+            while not b.gate.is_set():
+                await asyncio.sleep(0.01)
         if b.delay_s:
             await asyncio.sleep(b.delay_s)
         if b.status is not None:

@@ -5,6 +5,8 @@ protocols (fakes/pd_backend.py), all real HTTP on loopback."""
 from __future__ import annotations
 
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import httpx
@@ -270,9 +272,18 @@ def test_sglang_batch_gets_a_room_per_sequence(stack):
 
 def test_sglang_prefill_failure_without_a_unified_replica_is_a_502_naming_the_phase(stack):
     _router, servers, _ledger, client = stack
+    # The prefill fails only once the decode leg waits in its room, so the
+    # cancellation checked below always has a decode leg to cancel.
+    gate = threading.Event()
     servers["sp1"].behavior.status = 500
-    with pytest.raises(openai.APIStatusError) as info:
-        client.chat.completions.create(**{**CHAT, "model": "sg"})
+    servers["sp1"].behavior.gate = gate
+    seen = len(posts(servers["sd1"]))
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(client.chat.completions.create, **{**CHAT, "model": "sg"})
+        wait_until(lambda: len(posts(servers["sd1"])) > seen, 30, what="the decode leg sent")
+        gate.set()
+        with pytest.raises(openai.APIStatusError) as info:
+            call.result(timeout=60)
     err = info.value
     assert err.status_code == 502
     assert err.response.headers["x-routing-path"] == "fallback"
