@@ -57,7 +57,7 @@ from dashboard.routing import websocket_app  # noqa: E402
 from filestore import door as files_door  # noqa: E402
 from filestore.batches import door as batches_door  # noqa: E402
 from responsestore import door as stored_door  # noqa: E402
-from router import prefix_purge  # noqa: E402, F401  (subscribes every web process to prefix-index purges)
+from router import prefix_purge, spool  # noqa: E402, F401  (prefix_purge subscribes every web process to prefix-index purges)
 from router.admission import precheck  # noqa: E402
 from router.core.errors import MethodNotAllowed, ShuttingDown  # noqa: E402
 from router.frontends import direct, surface  # noqa: E402
@@ -70,6 +70,8 @@ LEAN_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 DIRECT = direct.PATHS
 SURFACE = surface.PATHS  # images, audio, moderations, rerank, score (also /rerank, /v2/rerank)
 direct.PENDING.limit = server.limits().max_pending_body_bytes  # bodies still arriving, all together
+spool.BUDGET.limit = server.limits().max_spooled_bytes  # the surface's forms, memory and disk (router/spool.py)
+spool.DIRECTORY = str(settings.ROUTER_SPOOL_DIR)
 server.settle_gc()  # what the imports built is kept for the process's life
 server.share_the_interpreter()  # the loop waits at most ~1 ms for a busy thread
 
@@ -132,7 +134,8 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
         await direct.send_head_refusal(scope, send, refusal)
         return
     files = files_door.handles(path)
-    if files and lim.body_timeout_s:  # an upload may take longer than a chat body to arrive (docs/files.md)
+    form = surface.takes_form(path)
+    if (files or form) and lim.body_timeout_s:  # an upload may take longer than a chat body to arrive (docs/files.md)
         lim = dataclasses.replace(lim, body_timeout_s=max(lim.body_timeout_s, settings.ROUTER_FILES_BODY_TIMEOUT))
     guard = Guard(scope, receive, send, body_s=lim.body_timeout_s, send_s=lim.send_timeout_s)
     try:
@@ -152,16 +155,23 @@ async def serve_v1(scope, receive, send, path: str, lim: server.Limits) -> None:
         elif batches_door.handles(path):
             await batches_door.serve(scope, guard.receive, guard.send)
         elif endpoint is not None:
-            raw = await direct.read_request(scope, guard.receive, guard.send)
+            if form and post:  # spooled as it arrives (router/spool.py), freed once answered
+                raw = await surface.receive_form(scope, guard.receive, guard.send)
+            else:
+                raw = await direct.read_request(scope, guard.receive, guard.send)
             if raw is None:  # refused (413) or gone
                 return
-            if not server.admission.try_enter(lim.max_concurrent):
-                await server.send_overloaded(guard.send, lim)
-                return
             try:
-                await direct.serve(scope, guard.receive, guard.send, endpoint, raw, door)
+                if not server.admission.try_enter(lim.max_concurrent):
+                    await server.send_overloaded(guard.send, lim)
+                    return
+                try:
+                    await direct.serve(scope, guard.receive, guard.send, endpoint, raw, door)
+                finally:
+                    server.admission.leave()
             finally:
-                server.admission.leave()
+                if isinstance(raw, surface.Received):
+                    raw.close()
         else:
             await lean_app.handle(scope, guard.receive, guard.send, admit=lim)
     except asyncio.CancelledError:

@@ -14,7 +14,9 @@ Invariants:
   behind the others. Probes (/livez, /readyz) and /metrics are never counted.
 - Bodies still arriving hold no admission slot; together they may hold at
   most ROUTER_MAX_PENDING_BODY_BYTES of memory in one process (503 +
-  Retry-After past it; router/frontends/direct.py BodyBudget).
+  Retry-After past it; router/frontends/direct.py BodyBudget). The surface's
+  forms are spooled instead (memory while small, disk past 1 MiB), at most
+  ROUTER_MAX_SPOOLED_BYTES of them at once (router/spool.py).
 
 The values come from the environment, read on first use (not at import, and
 not from Django settings: the protocol classes run before Django is set up).
@@ -51,6 +53,7 @@ DEFAULTS = {
     "ROUTER_BODY_TIMEOUT": 60,
     "ROUTER_SEND_TIMEOUT": 30,
     "ROUTER_MAX_PENDING_BODY_BYTES": 256 * 1024 * 1024,
+    "ROUTER_MAX_SPOOLED_BYTES": 4 * 1024**3,
 }
 # The request line (method, URL, version) may take this much on top of the headers.
 REQUEST_LINE_BYTES = 8 * 1024
@@ -69,6 +72,9 @@ class Limits:
     # Bytes of /v1 bodies still arriving, over the whole process (they hold
     # no admission slot); 0: no bound (router/frontends/direct.py BodyBudget).
     max_pending_body_bytes: int = DEFAULTS["ROUTER_MAX_PENDING_BODY_BYTES"]
+    # Bytes of the surface's forms spooled (memory and disk) while they are
+    # received and served, over the whole process; 0: no bound (router/spool.py).
+    max_spooled_bytes: int = DEFAULTS["ROUTER_MAX_SPOOLED_BYTES"]
 
     def head_bytes(self) -> int:
         """Raw bytes a whole request head may take: headers, their `: ` and
@@ -99,6 +105,7 @@ def limits_from(env: Mapping[str, str]) -> Limits:
         body_timeout_s=_env_int(env, "ROUTER_BODY_TIMEOUT", minimum=0),
         send_timeout_s=_env_int(env, "ROUTER_SEND_TIMEOUT", minimum=0),
         max_pending_body_bytes=_env_int(env, "ROUTER_MAX_PENDING_BODY_BYTES", minimum=0),
+        max_spooled_bytes=_env_int(env, "ROUTER_MAX_SPOOLED_BYTES", minimum=0),
     )
 
 

@@ -149,6 +149,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
 ROUTER_FILES_MAX_BYTES = int(os.environ.get("ROUTER_FILES_MAX_BYTES", str(512 * 1024 * 1024)))
 ROUTER_FILES_MAX_BYTES_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_BYTES_PER_KEY", str(10 * 1024**3)))
 ROUTER_FILES_BODY_TIMEOUT = int(os.environ.get("ROUTER_FILES_BODY_TIMEOUT", "600"))
+# Where the surface's forms past 1 MiB (an audio file to transcribe, an image
+# to edit) wait while they are served: anonymous files, gone when closed
+# (router/spool.py; their total is ROUTER_MAX_SPOOLED_BYTES, config/server.py).
+ROUTER_SPOOL_DIR = Path(os.environ.get("ROUTER_SPOOL_DIR", VAR_DIR / "spool"))
 ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))  # at once, per web process
 # Stored responses (/v1/responses with store, docs/responses.md): how long a
 # stored response is kept (the beat's prune), the largest streamed answer

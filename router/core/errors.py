@@ -333,6 +333,16 @@ def catalogue() -> list[type[RouterError]]:
     return seen
 
 
+class BodyNotKept(RouterError):
+    """A body the router must keep to send (a spooled form) could not be
+    written where it is kept (router/spool.py: ROUTER_SPOOL_DIR)."""
+
+    status = 503
+    type = "server_error"
+    code = "request_body_not_kept"
+    message = "The router could not keep the request body to send it upstream; retry shortly."
+
+
 class BodiesPending(RouterError):
     status = 503
     type = "server_error"

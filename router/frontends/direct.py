@@ -65,8 +65,10 @@ PATHS: dict[str, str] = {
     "/v1/responses": "responses",
 }
 
-# A door: (the request, its endpoint or path, its body) → the routed answer or the refusal.
-Door = Callable[[Call, str, bytes], Awaitable[Routed | RouterError]]
+# A door: (the request, its endpoint or path, its body) → the routed answer or
+# the refusal. The body is bytes, or what the door's own reader kept (the
+# surface's spooled forms, router/frontends/surface.py `Received`).
+Door = Callable[[Call, str, Any], Awaitable[Routed | RouterError]]
 
 _JSON = b"application/json"
 _EVENT_STREAM_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
@@ -259,7 +261,7 @@ async def send_head_refusal(scope: dict[str, Any], send, exc: RouterError) -> No
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve(scope: dict[str, Any], receive, send, endpoint: str, raw: bytes, door: Door | None = None) -> None:
+async def serve(scope: dict[str, Any], receive, send, endpoint: str, raw: Any, door: Door | None = None) -> None:
     """Answer one POST on an OpenAI path whose body `read_request` read (see the module doc).
 
     `door` is what parses, admits and routes it: the inference door

@@ -45,6 +45,7 @@ from httpx_aiohttp.transport import AiohttpResponseStream, AiohttpTransport, map
 
 from ..core.backend import BackendSpec
 from ..core.errors import UpstreamBadResponse, UpstreamResponseTooLarge
+from ..spool import Upload
 from .base import UpstreamFailed
 from .plain import MAX_RESPONSE_HEAD_BYTES, MAX_RESPONSE_HEADERS, PlainPool, PlainStream, ResponseHeadTooLarge
 
@@ -173,9 +174,12 @@ class LeanAiohttpTransport(AiohttpTransport):
         )
 
     async def send_direct(
-        self, method: str, url: yarl.URL, headers: dict[str, str], content: bytes, timeout: dict[str, float]
+        self, method: str, url: yarl.URL, headers: dict[str, str], content: bytes | Upload,
+        timeout: dict[str, float],
     ) -> httpx.Response:
-        if url.scheme == "http" and method != "HEAD" and self.proxy is None and not self.uds \
+        if isinstance(content, Upload):  # a spooled body (router/spool.py): aiohttp writes it as the socket drains
+            headers = {**headers, "content-length": str(content.length)}
+        elif url.scheme == "http" and method != "HEAD" and self.proxy is None and not self.uds \
                 and not self.local_address:
             pool = self._plain
             if pool is None or pool.loop is not asyncio.get_running_loop():
@@ -270,7 +274,7 @@ async def send(
     spec: BackendSpec,
     url: str,
     *,
-    content: bytes,
+    content: bytes | Upload,
     headers: dict[str, str],
     stream: bool,
     method: str = "POST",
@@ -293,6 +297,8 @@ async def send(
         if isinstance(transport, LeanAiohttpTransport):
             response = await transport.send_direct(method, _target(url), headers, content, timeouts(spec))
         else:
+            if isinstance(content, Upload):
+                headers = {**headers, "content-length": str(content.length)}
             request = httpx.Request(
                 method, _parsed(url), content=content, headers=_wire_headers(headers),
                 extensions={"timeout": timeouts(spec)},

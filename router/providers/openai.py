@@ -14,7 +14,8 @@ its model listing.
 
 The rest of the OpenAI surface (images, audio, moderations, vLLM's rerank and
 score: router/frontends/surface.py) goes to the same path on the server, a
-multipart form with its own Content-Type and only its `model` value replaced;
+multipart form from its spool (router/spool.py) with its own Content-Type and
+only its `model` value replaced;
 an answer that is not JSON (a transcription as text, speech audio) is taken
 as it is, and audio is always relayed chunk by chunk, never held.
 """
@@ -29,6 +30,7 @@ import orjson
 
 from ..core.backend import BackendSpec
 from ..request import Envelope
+from ..spool import Upload
 from .base import AnswerCut, Exchange
 from .estimate import estimated_count
 from .framing import FramingError, Lines
@@ -63,13 +65,15 @@ def upstream_headers(spec: BackendSpec, env: Envelope) -> dict[str, str]:
     return headers
 
 
-def _surface_body(env: Envelope, served: str) -> bytes:
+def _surface_body(env: Envelope, served: str) -> bytes | Upload:
     """A surface endpoint's body (router/frontends/surface.py): the client's
-    bytes, with only the form's `model` value replaced when it differs."""
+    bytes; a form's from its spool, with only its `model` value replaced when
+    it differs."""
     form = env.notes.get("form")
     if form is None:
         return request_body(env, served)
-    return env.raw if served == env.model else form.with_value("model", served)
+    spool = env.notes["spool"]
+    return Upload(spool) if served == env.model else Upload(spool, form.spans["model"], served.encode())
 
 
 def request_body(env: Envelope, served: str, ask_usage: bool = False) -> bytes:
@@ -161,6 +165,7 @@ class OpenAIProvider:
         relay_over: int | None = RELAY_OVER if relay else None
         expect: str | None = SSE if env.stream else JSON
         surface = env.notes.get("surface")
+        content: bytes | Upload
         if surface is None:
             url, content = f"{api_base(spec)}/{env.endpoint}", request_body(env, served, ask_usage)
         else:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fakes.media import Form
 from router.core.errors import InvalidRequest
-from router.multipart import FIELD_MAX, boundary_of, read_form
+from router.multipart import FIELD_MAX, HEAD_MAX, PARTS_MAX, FormReader, boundary_of, read_form
 
 names = st.text(st.characters(min_codepoint=97, max_codepoint=122), min_size=1, max_size=12)
 values = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r"), max_size=200)
@@ -38,7 +38,8 @@ def test_fields_and_files_are_read_and_the_model_replaced_in_place(data, files, 
     form = read_form(body, boundary)
     assert form.fields == data
     assert sorted(form.files) == sorted(files)
-    rewritten = Form(content_type, form.with_value("model", model))
+    start, end = form.spans["model"]
+    rewritten = Form(content_type, body[:start] + model.encode() + body[end:])
     assert rewritten.fields == {**data, "model": model}
     assert rewritten.files == {k: [(k + ".bin", v)] for k, v in files.items()}
 
@@ -83,15 +84,65 @@ def test_a_form_type_without_boundary_is_refused():
         boundary_of("multipart/form-data")
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.dictionaries(names, values, max_size=5),
+    files=st.dictionaries(names.map(lambda n: "f_" + n), st.binary(max_size=3000), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(min_value=0, max_value=20_000), max_size=12),
+)
+def test_a_form_fed_in_any_chunks_reads_as_the_whole(data, files, cuts):
+    """The reader sees the body as the client's chunks come: wherever they are
+    cut (a boundary or a part head split in two, one byte at a time), the
+    form read is the one read from the whole body, spans included."""
+    body, content_type = encoded({**data, "model": "m"}, {k: (k + ".bin", v) for k, v in files.items()})
+    boundary = boundary_of(content_type) or ""
+    whole = read_form(body, boundary)
+    reader = FormReader(boundary)
+    at = 0
+    for cut in [*sorted({min(c, len(body)) for c in cuts}), len(body)]:
+        reader.feed(body[at:cut])
+        at = cut
+    assert reader.finish() == whole
+
+
+def test_the_reader_holds_a_few_bytes_of_a_file_whatever_its_size():
+    boundary = "b0undary"
+    reader = FormReader(boundary)
+    reader.feed(f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nm\r\n'.encode())
+    reader.feed(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\n'.encode())
+    piece = b"\x00\r\n-" * 16_384  # 64 KiB, with near-boundaries in it
+    held = 0
+    for _ in range(256):  # 16 MiB of file
+        reader.feed(piece)
+        held = max(held, len(reader._buf))
+    reader.feed(f"\r\n--{boundary}--\r\n".encode())
+    form = reader.finish()
+    assert form.fields == {"model": "m"} and form.files == ("file",)
+    assert held <= len(piece) + 64  # one chunk plus the separator's tail, never the file
+
+
+def test_a_text_field_past_the_limit_is_not_kept_while_it_arrives():
+    reader = FormReader("zz")
+    reader.feed(b'--zz\r\nContent-Disposition: form-data; name="prompt"\r\n\r\n')
+    for _ in range(64):
+        reader.feed(b"x" * 8192)
+        assert len(reader._buf) <= FIELD_MAX + 64
+    reader.feed(b'\r\n--zz\r\nContent-Disposition: form-data; name="model"\r\n\r\nm\r\n--zz--')
+    assert reader.finish().fields == {"model": "m"}
+
+
 @pytest.mark.parametrize(
-    "body",
+    ("body", "message"),
     [
-        b"no boundary here",
-        b"--zz\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm",  # never closed
-        b"--zz\r\nContent-Disposition: form-data\r\n\r\nm\r\n--zz--",  # no name
-        b"--zz\r\nContent-Disposition: form-data; name=\"model\"" + b"x" * 20000 + b"\r\n\r\nm\r\n--zz--",
+        (b"no boundary here", "does not contain its boundary"),
+        (b'--zz\r\nContent-Disposition: form-data; name="model"\r\n\r\nm', "cut short"),
+        (b"--zz\r\nContent-Type: text/plain\r\n\r\nm\r\n--zz--", "no Content-Disposition name"),
+        (b"--zz\r\nContent-Disposition: form-data\r\n\r\nm\r\n--zz--", "no Content-Disposition name"),
+        (b"--zz\r\n" + b"X" * (HEAD_MAX + 10), "no end to its headers"),
+        (b'--zz\r\nContent-Disposition: form-data; name="a"\r\n\r\n\r\n' * (PARTS_MAX + 1), "more than 1000 parts"),
     ],
 )
-def test_malformed_forms_are_400(body):
-    with pytest.raises(InvalidRequest):
+def test_malformed_forms_are_400_naming_the_fault(body, message):
+    with pytest.raises(InvalidRequest) as err:
         read_form(body, "zz")
+    assert message in err.value.message
