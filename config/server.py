@@ -14,7 +14,7 @@ Invariants:
   behind the others. Probes (/livez, /readyz) and /metrics are never counted.
 - Bodies still arriving hold no admission slot; together they may hold at
   most ROUTER_MAX_PENDING_BODY_BYTES of memory in one process (503 +
-  Retry-After past it; router/frontends/direct.py BodyBudget). The surface's
+  Retry-After past it; router/frontends/direct.py PENDING). The surface's
   forms are spooled instead (memory while small, disk past 1 MiB), at most
   ROUTER_MAX_SPOOLED_BYTES of them at once (router/spool.py).
 
@@ -70,7 +70,7 @@ class Limits:
     body_timeout_s: int = DEFAULTS["ROUTER_BODY_TIMEOUT"]
     send_timeout_s: int = DEFAULTS["ROUTER_SEND_TIMEOUT"]
     # Bytes of /v1 bodies still arriving, over the whole process (they hold
-    # no admission slot); 0: no bound (router/frontends/direct.py BodyBudget).
+    # no admission slot); 0: no bound (router/frontends/direct.py PENDING).
     max_pending_body_bytes: int = DEFAULTS["ROUTER_MAX_PENDING_BODY_BYTES"]
     # Bytes of the surface's forms spooled (memory and disk) while they are
     # received and served, over the whole process; 0: no bound (router/spool.py).

@@ -33,8 +33,10 @@ PIECE = 256 * 1024
 
 
 class Budget:
-    """Bytes held by every spool of this process (only the loop's thread
-    touches it); 0 as `limit`: no bound."""
+    """Bytes held at once by the request bodies of one kind in this process:
+    every spool (`BUDGET`), or the `/v1` bodies still arriving in memory
+    (router/frontends/direct.py `PENDING`). Only the event loop's thread
+    touches it; 0 as `limit`: no bound."""
 
     __slots__ = ("held", "limit", "refused")
 

@@ -51,6 +51,7 @@ from ..observe import Gaps
 from ..pipeline import Routed, refused
 from ..providers.base import AnswerCut
 from ..runtime import get_runtime
+from ..spool import Budget
 from . import openai
 from .anthropic_response import error_body as anthropic_error_body
 from .responses import as_refusal
@@ -110,36 +111,20 @@ class _Gone(Exception):
     """The client disconnected while the body was being read."""
 
 
-class BodyBudget:
-    """The bytes of `/v1` bodies this process is still receiving. A body
-    takes no admission slot while it arrives (config/asgi.py), so without a
-    bound of their own, many slow clients could each hold up to
-    server.max_body_bytes in memory at once; past `limit`
-    (ROUTER_MAX_PENDING_BODY_BYTES; 0: none) a new or growing body is refused
-    503 with Retry-After. Only the event loop's thread touches it."""
-
-    __slots__ = ("held", "limit", "refused")
-
-    def __init__(self) -> None:
-        self.limit = 0
-        self.held = 0
-        self.refused = 0
-
-    def room(self, more: int) -> bool:
-        if self.limit and self.held + more > self.limit:
-            self.refused += 1
-            return False
-        return True
-
-
-PENDING = BodyBudget()
+# The bytes of `/v1` bodies this process is still receiving. A body takes no
+# admission slot while it arrives (config/asgi.py), so without a bound of
+# their own, many slow clients could each hold up to server.max_body_bytes in
+# memory at once; past `PENDING.limit` (ROUTER_MAX_PENDING_BODY_BYTES; 0:
+# none) a new or growing body is refused 503 with Retry-After. Only the event
+# loop's thread touches it.
+PENDING = Budget()
 
 
 class _Over(Exception):
-    """The process's body budget (BodyBudget) ran out while this body arrived."""
+    """The process's body budget (`PENDING`) ran out while this body arrived."""
 
 
-async def read_body(receive, limit: int, budget: BodyBudget = PENDING) -> bytes | None:
+async def read_body(receive, limit: int, budget: Budget = PENDING) -> bytes | None:
     """The whole body, or None once it is past `limit`; raises _Gone on a
     disconnect, _Over when the process's `budget` of bodies being received
     has no room for the next chunk.
