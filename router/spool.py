@@ -17,7 +17,10 @@ another name), of known length, read afresh for every attempt.
 
 All the spools of a process together hold at most ROUTER_MAX_SPOOLED_BYTES
 (memory and disk; `BUDGET`): past it a new or growing body is refused 503 with
-Retry-After, as the bodies pending in memory are (router/frontends/direct.py).
+Retry-After. What a form holds in memory while it arrives also counts in the
+bound on bodies still arriving (ROUTER_MAX_PENDING_BODY_BYTES,
+router/frontends/direct.py `PENDING`), as a JSON body does, so many slow
+clients each sending a form of under 1 MiB cannot fill the memory either.
 """
 
 from __future__ import annotations
@@ -62,22 +65,34 @@ class Full(Exception):
 
 
 class Spool:
-    __slots__ = ("_budget", "_file", "_memory", "_pending", "size")
+    """One body. `budget` counts all its bytes until `close`; `memory`, when
+    given, counts the bytes it holds in memory while the body arrives (the
+    process's bound on bodies still arriving, which a form's first MiB is
+    part of), until they are on disk or the body is complete (`finish`)."""
 
-    def __init__(self, budget: Budget = BUDGET) -> None:
+    __slots__ = ("_budget", "_counted", "_file", "_in_memory", "_memory", "_pending", "size")
+
+    def __init__(self, budget: Budget = BUDGET, memory: Budget | None = None) -> None:
         self.size = 0
         self._memory = bytearray()  # the first MEMORY_MAX bytes; then what waits to be written
         self._file: IO[bytes] | None = None
         self._pending = False  # `_memory` holds bytes past what is on disk
         self._budget = budget
+        self._in_memory = memory
+        self._counted = 0  # bytes of `_memory` counted in `_in_memory`
 
     async def write(self, chunk: bytes) -> None:
         if not chunk:
             return
-        if not self._budget.room(len(chunk)):
+        n = len(chunk)
+        memory = self._in_memory
+        if not self._budget.room(n) or (memory is not None and not memory.room(n)):
             raise Full()
-        self._budget.held += len(chunk)
-        self.size += len(chunk)
+        self._budget.held += n
+        if memory is not None:
+            memory.held += n
+            self._counted += n
+        self.size += n
         self._memory += chunk
         if self._file is None and self.size <= MEMORY_MAX:
             return
@@ -89,6 +104,12 @@ class Spool:
         """Everything written is readable (call once the body is complete)."""
         if self._pending:
             await self._flush()
+        self._uncount()
+
+    def _uncount(self) -> None:
+        if self._in_memory is not None:
+            self._in_memory.held -= self._counted
+        self._counted = 0
 
     async def _flush(self) -> None:
         data, self._memory = bytes(self._memory), bytearray()
@@ -96,6 +117,7 @@ class Spool:
         if self._file is None:
             self._file = await asyncio.to_thread(_open)
         await asyncio.to_thread(_append, self._file, data)
+        self._uncount()
 
     async def pieces(self, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
         """The bytes [start, end) in order, at most PIECE at a time."""
@@ -113,7 +135,8 @@ class Spool:
             start += len(piece)
 
     def close(self) -> None:
-        """Free the memory, the budget and the file (idempotent)."""
+        """Free the memory, the budgets and the file (idempotent)."""
+        self._uncount()
         self._budget.held -= self.size
         self.size = 0
         self._memory = bytearray()

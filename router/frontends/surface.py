@@ -138,7 +138,7 @@ async def receive_form(scope: dict[str, Any], receive, send) -> Received | None:
             reader = FormReader(boundary)
     except RouterError as exc:
         error = exc
-    spool = Spool()
+    spool = Spool(memory=direct.PENDING)
     size = 0
     try:
         while True:

@@ -162,10 +162,14 @@ async def test_a_client_gone_mid_form_leaves_nothing_held(tmp_path, monkeypatch)
     from router.frontends.surface import receive_form
 
     monkeypatch.setattr(spool, "DIRECTORY", str(tmp_path))
+    from router.frontends.direct import PENDING
+
     sent, send = collector()
-    held = spool.BUDGET.held
-    assert await receive_form(SCOPE, arriving(FORM[:1_500_000], then_gone=True), send) is None
-    assert sent == [] and spool.BUDGET.held == held
+    held, pending = spool.BUDGET.held, PENDING.held
+    assert await receive_form(SCOPE, arriving(FORM[:900_000], then_gone=True), send) is None  # in memory yet
+    assert sent == [] and spool.BUDGET.held == held and PENDING.held == pending
+    assert await receive_form(SCOPE, arriving(FORM[:1_500_000], then_gone=True), send) is None  # on disk
+    assert sent == [] and spool.BUDGET.held == held and PENDING.held == pending
 
 
 async def test_a_spool_directory_that_fails_is_a_503_not_a_crash(tmp_path, monkeypatch):
@@ -180,3 +184,31 @@ async def test_a_spool_directory_that_fails_is_a_503_not_a_crash(tmp_path, monke
     assert sent[0]["status"] == 503 and (b"retry-after", b"1") in sent[0]["headers"]
     assert b'"request_body_not_kept"' in sent[1]["body"]
     assert spool.BUDGET.held == held
+
+
+def test_what_a_form_holds_in_memory_while_it_arrives_counts_in_the_memory_budget(tmp_path, monkeypatch):
+    """Many forms of under 1 MiB each stay in memory: they count in the bound on
+    bodies still arriving, until they move to disk or are complete."""
+    monkeypatch.setattr(spool, "DIRECTORY", str(tmp_path))
+    memory = Budget()
+    memory.limit = MEMORY_MAX + MEMORY_MAX // 2
+
+    async def main():
+        a, b = Spool(Budget(), memory), Spool(Budget(), memory)
+        await a.write(b"a" * MEMORY_MAX)
+        assert memory.held == MEMORY_MAX
+        with pytest.raises(Full):
+            await b.write(b"b" * (MEMORY_MAX // 2 + 1))
+        for _ in range(4):  # a passes MEMORY_MAX: on disk, its memory given back
+            await a.write(b"a" * PIECE)
+        assert a._file is not None and memory.held < PIECE
+        await b.write(b"b" * (MEMORY_MAX // 2))
+        await b.finish()  # complete: no longer a body arriving
+        await a.finish()
+        assert memory.held == 0
+        assert await Upload(a).read() == b"a" * (MEMORY_MAX + 4 * PIECE)
+        a.close()
+        b.close()
+        assert memory.held == 0
+
+    run(main())
