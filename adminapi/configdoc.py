@@ -32,6 +32,7 @@ from .auth import actor_of
 from .errors import Conflict, InvalidConfig, InvalidRequest, NotFound, VersionConflict
 from .masking import mask, still_masked, unmask
 from .paging import PageQuery, page
+from .yamltext import dump, masked_text, restored_text
 
 router = Router(tags=["config"])
 
@@ -87,10 +88,6 @@ class DocQuery(Schema):
     format: str | None = Field(None, description="yaml or json; else by Accept")
 
 
-def _dump(doc: Any) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, default_flow_style=False)
-
-
 def load_document(text: bytes | str) -> Any:
     try:
         return yaml.safe_load(text) or {}
@@ -124,9 +121,12 @@ def _etagged(answer: HttpResponse, number: int | None) -> HttpResponse:
     return answer
 
 
-def _doc_answer(request: HttpRequest, fmt: str | None, number: int | None, payload: dict[str, Any]) -> HttpResponse:
+def _doc_answer(
+    request: HttpRequest, fmt: str | None, number: int | None, payload: dict[str, Any], text: str
+) -> HttpResponse:
+    """The document as JSON, or as YAML: `text`, masked in place (comments kept)."""
     if _wants_yaml(request, fmt):
-        answer = HttpResponse(_dump(payload["document"]), content_type="application/yaml; charset=utf-8")
+        answer = HttpResponse(masked_text(text), content_type="application/yaml; charset=utf-8")
     else:
         answer = HttpResponse(orjson.dumps(payload, default=str), content_type="application/json")
     return _etagged(answer, number)
@@ -162,7 +162,7 @@ def _errors(exc: ConfigError, path: str) -> list[dict[str, Any]]:
 def _diff(old: Any, new: Any, old_name: str, new_name: str) -> str:
     return "".join(
         difflib.unified_diff(
-            _dump(mask(old)).splitlines(keepends=True), _dump(mask(new)).splitlines(keepends=True), old_name, new_name
+            dump(mask(old)).splitlines(keepends=True), dump(mask(new)).splitlines(keepends=True), old_name, new_name
         )
     )
 
@@ -242,7 +242,9 @@ def text_for(new: Any, raw: bytes | None, current: Any) -> bytes:
         )  # fmt: skip
     if raw is not None and restored == new:
         return raw
-    return _dump(restored).encode()
+    if raw is not None:  # YAML as sent, with the secrets put back in place (comments kept)
+        return restored_text(raw.decode(), restored).encode()
+    return dump(restored).encode()
 
 
 _DOC_RESPONSES = {200: ConfigOut}
@@ -272,7 +274,7 @@ def get_config(request: HttpRequest, q: Query[DocQuery]) -> HttpResponse:
     number = version.number if version else None
     payload = {"version": number, "path": str(services.resolve_config_path()),
                "digest": services.file_digest(text), "document": mask(load_document(text))}  # fmt: skip
-    return _doc_answer(request, q.format, number, payload)
+    return _doc_answer(request, q.format, number, payload, text.decode())
 
 
 @router.put("", response=WriteOut, openapi_extra=_YAML_BODY, summary="Replace the whole config")
@@ -334,7 +336,7 @@ def _version(number: int) -> ConfigVersion:
 def get_version(request: HttpRequest, number: int, q: Query[DocQuery]) -> HttpResponse:
     v = _version(number)
     payload = {**_version_out(v, config_history.latest_number()), "document": mask(load_document(v.text))}
-    return _doc_answer(request, q.format, None, payload)
+    return _doc_answer(request, q.format, None, payload, v.text)
 
 
 @router.get("/versions/{int:a}/diff/{int:b}", response=DiffOut, summary="Unified diff of two versions (masked)")

@@ -24,7 +24,7 @@ _SECRET_KEY = re.compile(r"secret|passw|token|api_?key|authoriz|cookie|credentia
 _TEMPLATE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 
-def _masked_value(key: str, value: Any, *, header: bool = False) -> Any:
+def masked_value(key: str, value: Any, *, header: bool = False) -> Any:
     if not isinstance(value, str) or not value:
         return value
     if _TEMPLATE.fullmatch(value):
@@ -42,7 +42,7 @@ def mask(doc: Any, key: str = "", *, header: bool = False) -> Any:
         return {k: mask(v, str(k), header=header or str(k).lower() == "headers") for k, v in doc.items()}
     if isinstance(doc, list):
         return [mask(v, key, header=header) for v in doc]
-    return _masked_value(key, doc, header=header)
+    return masked_value(key, doc, header=header)
 
 
 def _counterpart(items: list[Any], index: int, item: Any) -> Any:
@@ -66,7 +66,7 @@ def unmask(new: Any, current: Any, key: str = "", *, header: bool = False) -> An
         cur_list = current if isinstance(current, list) else []
         return [unmask(v, _counterpart(cur_list, i, v), key, header=header) for i, v in enumerate(new)]
     if isinstance(new, str) and isinstance(current, str) and new != current:
-        if new == _masked_value(key, current, header=header):
+        if new == masked_value(key, current, header=header):
             return current
     return new
 

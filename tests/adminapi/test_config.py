@@ -37,6 +37,22 @@ def test_get_masks_secrets_in_json_and_yaml(api, config_file):
         assert b"sk-from-env" not in answer.content
 
 
+def test_the_yaml_answer_keeps_the_files_comments_and_a_put_of_it_keeps_them_and_the_secrets(api, config_file):
+    """GET as YAML → edit → PUT (what the dashboard's editor does): the file
+    keeps its comments and layout, and every masked secret its value."""
+    shown = _yaml(api).content.decode()
+    assert shown.startswith("# the team's router\n") and "api_key: '***'" in shown
+    assert "{name: b, url: 'http://127.0.0.1:9', models: [m1], api_key: '${B_KEY}'}" in shown
+    edited = shown.replace("models: [m1]\n", "models: [m1, m2]  # m2 for the trial\n", 1)
+    r = api("PUT", "/config", edited, HTTP_IF_MATCH='"1"')
+    assert r.status_code == 200, r.content
+    written = config_file.read_text()
+    assert written == BASE.replace("models: [m1]\n", "models: [m1, m2]  # m2 for the trial\n", 1).replace(
+        "api_key: sk-literal-secret", "api_key: 'sk-literal-secret'").replace(
+        "url: http://user:hunter2@127.0.0.1:9/v1", "url: 'http://user:hunter2@127.0.0.1:9/v1'")
+    assert Backend.objects.get(name="a", source=Source.CONFIG).models == ["m1", "m2"]
+
+
 def test_a_put_writes_the_file_and_applies_it_as_a_new_version(api, config_file):
     before = current_revision()
     text = BASE.replace("models: [m1]\n    api_key", "models: [m1, m2]\n    api_key")
