@@ -154,6 +154,7 @@ ROUTER_FILES_BODY_TIMEOUT = int(os.environ.get("ROUTER_FILES_BODY_TIMEOUT", "600
 # (router/spool.py; their total is ROUTER_MAX_SPOOLED_BYTES, config/server.py).
 ROUTER_SPOOL_DIR = Path(os.environ.get("ROUTER_SPOOL_DIR", VAR_DIR / "spool"))
 ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))  # at once, per web process
+ROUTER_FILES_MAX_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_PER_KEY", "10000"))  # files one key holds
 # Stored responses (/v1/responses with store, docs/responses.md): how long a
 # stored response is kept (the beat's prune), the largest streamed answer
 # assembled for storing, and how many answers may wait to be written per web
@@ -161,6 +162,8 @@ ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))
 ROUTER_RESPONSES_RETENTION_DAYS = float(os.environ.get("ROUTER_RESPONSES_RETENTION_DAYS", "30"))
 ROUTER_RESPONSES_MAX_BYTES = int(os.environ.get("ROUTER_RESPONSES_MAX_BYTES", str(16 * 1024 * 1024)))
 ROUTER_RESPONSES_QUEUE_MAX = int(os.environ.get("ROUTER_RESPONSES_QUEUE_MAX", "1000"))
+# The most stored responses one key keeps: the prune deletes its oldest past it.
+ROUTER_RESPONSES_MAX_PER_KEY = int(os.environ.get("ROUTER_RESPONSES_MAX_PER_KEY", "100000"))
 # Batches (/v1/batches, docs/files.md), run by the tasks process: lines in
 # flight per batch and per tasks process, how long a runner's lease on its
 # batch lasts unrenewed (a killed runner's batch resumes after it), and the
@@ -169,6 +172,8 @@ ROUTER_BATCH_CONCURRENCY = int(os.environ.get("ROUTER_BATCH_CONCURRENCY", "4"))
 ROUTER_BATCH_NODE_CONCURRENCY = int(os.environ.get("ROUTER_BATCH_NODE_CONCURRENCY", "16"))
 ROUTER_BATCH_LEASE_SECONDS = float(os.environ.get("ROUTER_BATCH_LEASE_SECONDS", "30"))
 ROUTER_BATCH_MAX_LINES = int(os.environ.get("ROUTER_BATCH_MAX_LINES", "50000"))
+# Unfinished batches one key may have at once (429 `too_many_batches` past it).
+ROUTER_BATCH_MAX_ACTIVE_PER_KEY = int(os.environ.get("ROUTER_BATCH_MAX_ACTIVE_PER_KEY", "100"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

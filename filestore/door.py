@@ -99,7 +99,9 @@ async def _create(scope: dict[str, Any], receive, send, owner: str, owner_name: 
 
 async def _upload(scope: dict[str, Any], receive, send, owner: str, owner_name: str) -> None:
     max_file = settings.ROUTER_FILES_MAX_BYTES
-    left = settings.ROUTER_FILES_MAX_BYTES_PER_KEY - await db.run(selectors.used_bytes, owner)
+    used, count = await db.run(selectors.held, owner)
+    services.check_count(count)  # before a byte of the body is read
+    left = settings.ROUTER_FILES_MAX_BYTES_PER_KEY - used
     refusal = FileTooLarge if max_file <= left else FileQuotaExceeded
     room = min(max_file, left) + upload.FRAMING
     if declared_length(scope) > room:

@@ -3,7 +3,7 @@ them on the files DB thread (filestore.db)."""
 
 from __future__ import annotations
 
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 
 from router.core.errors import FileNotFound, InvalidRequest
 
@@ -42,9 +42,10 @@ def file_page(
     return rows[:limit], len(rows) > limit
 
 
-def used_bytes(owner: str) -> int:
-    """The bytes the owner's files take now."""
-    return StoredFile.objects.filter(owner=owner).aggregate(total=Sum("bytes"))["total"] or 0
+def held(owner: str) -> tuple[int, int]:
+    """The bytes the owner's files take now, and how many they are (one query)."""
+    row = StoredFile.objects.filter(owner=owner).aggregate(total=Sum("bytes"), n=Count("id"))
+    return row["total"] or 0, row["n"]
 
 
 def files_named(owner: str, ids: list[str]) -> dict[str, StoredFile]:

@@ -17,11 +17,11 @@ from django.conf import settings
 from django.core.files.storage import Storage, storages
 from django.core.files.uploadedfile import UploadedFile
 
-from router.core.errors import FileQuotaExceeded, FileTooLarge
+from router.core.errors import FileCountExceeded, FileQuotaExceeded, FileTooLarge
 
 from . import db
 from .models import StoredFile
-from .selectors import used_bytes
+from .selectors import held
 
 STORAGE = "router_files"  # the STORAGES alias (config/settings.py)
 
@@ -37,10 +37,20 @@ def check_room(owner: str, size: int) -> None:
     if size > max_file:
         raise FileTooLarge(f"The file is larger than {max_file} bytes, the most this router accepts.", param="file")
     quota = settings.ROUTER_FILES_MAX_BYTES_PER_KEY
-    used = used_bytes(owner)
+    used, count = held(owner)
+    check_count(count)
     if used + size > quota:
         raise FileQuotaExceeded(
             f"The file would take this API key's files to {used + size} bytes; the most is {quota}.", param="file"
+        )
+
+
+def check_count(count: int) -> None:
+    """413 when the owner already holds ROUTER_FILES_MAX_PER_KEY files."""
+    most = settings.ROUTER_FILES_MAX_PER_KEY
+    if count >= most:
+        raise FileCountExceeded(
+            f"This API key holds {count} files; the most is {most}. Delete some before uploading more.", param="file"
         )
 
 

@@ -25,7 +25,10 @@ class StoredResponse(models.Model):
     response = models.TextField()  # JSON: the Response object as the client got it
 
     class Meta:
-        indexes = [models.Index(fields=["created_at"], name="responsestore_created")]
+        indexes = [
+            models.Index(fields=["created_at"], name="responsestore_created"),
+            models.Index(fields=["owner", "created_at"], name="responsestore_owner_created"),
+        ]
 
     def __str__(self) -> str:
         return self.id

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.db.models import Count
 
 from .models import StoredResponse
 from .record import Record
@@ -39,6 +40,31 @@ def responses_prune(*, now: float | None = None, retention_s: float | None = Non
         if not ids:
             return total
         total += StoredResponse.objects.filter(id__in=ids).delete()[0]
+
+
+def responses_cap(*, most: int | None = None) -> int:
+    """Keep each owner's newest `most` (ROUTER_RESPONSES_MAX_PER_KEY) stored
+    responses and delete the rest, oldest first, in batches. Returns how many."""
+    if most is None:
+        most = settings.ROUTER_RESPONSES_MAX_PER_KEY
+    total = 0
+    over = (
+        StoredResponse.objects.values("owner").annotate(n=Count("id")).filter(n__gt=most).values_list("owner", "n")
+    )
+    for owner, n in list(over):
+        excess = n - most
+        while excess > 0:
+            ids = list(
+                StoredResponse.objects.filter(owner=owner)
+                .order_by("created_at", "id")
+                .values_list("id", flat=True)[: min(excess, PRUNE_BATCH)]
+            )
+            if not ids:
+                break
+            deleted = StoredResponse.objects.filter(id__in=ids).delete()[0]
+            total += deleted
+            excess -= len(ids)
+    return total
 
 
 PRUNE_BATCH = 1000

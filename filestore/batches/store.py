@@ -11,10 +11,11 @@ import secrets
 import time
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from router.core.errors import BatchNotCancellable, BatchNotFound, InvalidRequest
+from router.core.errors import BatchNotCancellable, BatchNotFound, InvalidRequest, TooManyBatches
 
 from ..models import Batch, BatchLine, StoredFile
 from ..selectors import file_get
@@ -31,6 +32,13 @@ def batch_create(
     if source.purpose != "batch":
         raise InvalidRequest(f"The file {input_file_id} was not uploaded with purpose 'batch'.",
                              param="input_file_id")
+    most = settings.ROUTER_BATCH_MAX_ACTIVE_PER_KEY
+    unfinished = Batch.objects.filter(owner=owner, status__in=wire.UNFINISHED).count()
+    if unfinished >= most:
+        raise TooManyBatches(
+            f"This API key has {unfinished} unfinished batches; the most is {most}. "
+            "Wait for one to end, or cancel one."
+        )
     now = int(time.time())
     return Batch.objects.create(
         id="batch_" + secrets.token_hex(12),

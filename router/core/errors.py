@@ -213,6 +213,11 @@ class FileQuotaExceeded(RequestTooLarge):
     message = "The file would take this API key past its total file storage."
 
 
+class FileCountExceeded(RequestTooLarge):
+    code = "file_count_exceeded"
+    message = "This API key holds as many files as it may; delete some first."
+
+
 # 415
 class UnsupportedMediaType(RouterError):
     status = 415
@@ -227,6 +232,13 @@ class RateLimited(RouterError):
     type = "requests"
     code = "rate_limit_exceeded"
     message = "Rate limit reached for this API key."
+
+
+class TooManyBatches(RouterError):
+    status = 429
+    type = "requests"
+    code = "too_many_batches"
+    message = "This API key has as many unfinished batches as it may; wait for one to end, or cancel one."
 
 
 class UpstreamQuotaExhausted(RouterError):

@@ -45,7 +45,7 @@ def router(backend):
         CONFIG.format(url=backend.url),
         tasks=True,
         env={"ROUTER_BATCH_LEASE_SECONDS": "4", "ROUTER_BATCH_CONCURRENCY": "2",
-             "ROUTER_BATCH_NODE_CONCURRENCY": "3"},
+             "ROUTER_BATCH_NODE_CONCURRENCY": "3", "ROUTER_BATCH_MAX_ACTIVE_PER_KEY": "2"},
     ).start()
     yield proc
     proc.stop()
@@ -314,3 +314,25 @@ def test_lines_in_flight_stay_within_the_batch_and_node_bounds(router, backend):
         watcher.join(5)
     assert peaks["a"] <= 2 and peaks["b"] <= 2 and peaks["all"] <= 3, peaks
     assert peaks["all"] == 3, peaks
+
+
+def test_a_key_past_its_unfinished_batches_is_429_until_one_ends(router, backend):
+    """ROUTER_BATCH_MAX_ACTIVE_PER_KEY (2 here): a third unfinished batch is
+    refused, nothing recorded; another key is not held back; once one ends
+    the key may create again."""
+    backend.behavior.delay_s = 0.3
+    client = sdk(router, create_key(router))
+    first = submit(client, [chat_line(f"a{i}") for i in range(20)])
+    second = submit(client, [chat_line(f"b{i}") for i in range(20)])
+    with pytest.raises(openai.RateLimitError) as err:
+        submit(client, [chat_line("c")])
+    body = err.value.body
+    assert body["code"] == "too_many_batches" and "2 unfinished batches" in body["message"]
+    assert {b.id for b in client.batches.list()} == {first.id, second.id}
+    other = sdk(router, create_key(router))
+    assert wait_status(other, submit(other, [chat_line("o")]).id).status == "completed"
+    client.batches.cancel(first.id)
+    assert wait_status(client, first.id).status == "cancelled"
+    third = submit(client, [chat_line("c")])
+    client.batches.cancel(second.id)
+    assert wait_status(client, third.id).status == "completed"

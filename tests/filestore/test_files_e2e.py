@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import threading
 import time
 import uuid
@@ -128,6 +129,29 @@ def test_per_key_total_is_413_quota_exceeded(router):
     assert upload(client, chunk).bytes == len(chunk)
     # Another key's total is its own.
     assert upload(sdk(router, create_key(router)), chunk).bytes == len(chunk)
+
+
+def test_a_key_holding_its_most_files_is_413_count_exceeded_before_the_body(router_factory):
+    """ROUTER_FILES_MAX_PER_KEY (2 here): the third upload is refused from the
+    head, before its body is read; deleting one makes room again."""
+    proc = router_factory(CONFIG, env={"ROUTER_FILES_MAX_PER_KEY": "2"})
+    key = create_key(proc)
+    client = sdk(proc, key)
+    made = [upload(client, b"x"), upload(client, b"y")]
+    with pytest.raises(openai.APIStatusError) as err:
+        upload(client, b"z")
+    assert err.value.status_code == 413 and err.value.body["code"] == "file_count_exceeded"
+    assert "holds 2 files; the most is 2" in err.value.body["message"]
+    # Refused from the head: a body that never comes is not waited for.
+    url = httpx.URL(proc.url)
+    with socket.create_connection((url.host, url.port), timeout=30) as sock:
+        sock.sendall(f"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+                     "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000000\r\n\r\n--b\r\n"
+                     .encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+    client.files.delete(made[0].id)
+    assert upload(client, b"z").bytes == 1
+    assert [f.id for f in client.files.list()] != [] and len(list(client.files.list())) == 2
 
 
 def test_bad_requests_are_openai_shaped_400s(router):

@@ -38,6 +38,23 @@ def test_the_retention_is_configurable(settings):
 
 
 @pytest.mark.django_db
+def test_each_key_keeps_its_newest_up_to_its_most(settings, monkeypatch):
+    """ROUTER_RESPONSES_MAX_PER_KEY: past it a key's oldest go (in batches),
+    whatever their age; another key under it keeps all of its own."""
+    settings.ROUTER_RESPONSES_MAX_PER_KEY = 3
+    monkeypatch.setattr(services, "PRUNE_BATCH", 1)
+    heavy = [Record(f"resp_h{i}", "operator:1", "k", {"input": "hi"}, [], {"id": f"resp_h{i}", "output": []},
+                    created_at=time.time() - (7 - i) * 60) for i in range(7)]
+    light = [Record(f"resp_l{i}", "operator:2", "j", {"input": "hi"}, [], {"id": f"resp_l{i}", "output": []})
+             for i in range(2)]
+    services.responses_save(heavy + light)
+    assert tasks.prune() == 4
+    kept = set(StoredResponse.objects.values_list("id", flat=True))
+    assert kept == {"resp_h4", "resp_h5", "resp_h6", "resp_l0", "resp_l1"}
+    assert tasks.prune() == 0  # idempotent
+
+
+@pytest.mark.django_db
 def test_prune_goes_in_batches(monkeypatch):
     monkeypatch.setattr(services, "PRUNE_BATCH", 3)
     services.responses_save([record(f"resp_{i}", 40) for i in range(7)])
