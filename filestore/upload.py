@@ -13,6 +13,7 @@ import asyncio
 import tempfile
 from typing import IO, Any
 
+from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import TemporaryFileUploadHandler
@@ -32,7 +33,7 @@ class TooLarge(Exception):
 async def spool(receive, limit: int) -> IO[bytes] | None:
     """The whole body in a temporary file (positioned at 0); None if the
     client went away. Raises TooLarge once more than `limit` bytes came."""
-    out = tempfile.TemporaryFile()
+    out = tempfile.TemporaryFile(dir=settings.ROUTER_SPOOL_DIR)
     size = 0
     pending: list[bytes] = []
     pending_size = 0
