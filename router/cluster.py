@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 
+from .aio import check_cancelled
 from .core.health import IDLE, BackendState
 from .redis import async_client, sync_client
 
@@ -248,12 +249,14 @@ async def run_publisher(rt: Any, every: float = PUBLISH_EVERY_S) -> None:
                 record = await asyncio.to_thread(web_record, rt, revision_at=at, now=now)
                 member = _member(record)
                 await publish(record)
+                check_cancelled()
                 if failing:
                     log.info("cluster state published again")
                 failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                check_cancelled()
                 if not failing:  # once per outage; the listener logs Redis itself
                     log.warning("cluster state not published: %s", type(exc).__name__)
                 failing = True

@@ -31,6 +31,7 @@ from prometheus_client import Counter, Gauge, Histogram, multiprocess
 
 from . import timeseries
 from . import usage as key_usage
+from .aio import check_cancelled
 from .redis import async_client
 
 if TYPE_CHECKING:
@@ -426,4 +427,5 @@ async def run_drainer(interval: float = 0.25, states: StateTable | None = None) 
             await pipe.execute()
         except Exception:
             pass
+        check_cancelled()
 

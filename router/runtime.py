@@ -28,6 +28,7 @@ import orjson
 from django.conf import settings
 
 from . import cluster, extensions, gcwork, observe, tracing
+from .aio import check_cancelled
 from .core.health import BackendState, StateTable
 from .core.kvindex import PrefixIndex
 from .core.selection import CACHE_AWARE, Candidate, Selector
@@ -325,6 +326,7 @@ class Runtime:
                 pubsub = async_client().pubsub(ignore_subscribe_messages=True)
                 more = {name().encode(): handler for name, handler in _CHANNELS.items()}
                 await pubsub.subscribe(settings.ROUTER_NOTICE_CHANNEL, health_key(), load_key(), *more)
+                check_cancelled()
                 delay = 0.2
                 recovered = self.redis_down_since is not None
                 self._redis_up()
@@ -335,6 +337,7 @@ class Runtime:
                     if await _in_thread(current_revision) != self.snapshot.revision:
                         await self.reload()
                 async for message in pubsub.listen():
+                    check_cancelled()
                     channel = message.get("channel")
                     if channel == health_key().encode():
                         self._apply_health(message.get("data"))
@@ -357,6 +360,7 @@ class Runtime:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                check_cancelled()
                 self._redis_down(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

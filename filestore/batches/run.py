@@ -35,6 +35,7 @@ from django.conf import settings
 from django.core.files import File
 
 from router.admission import Call, Caller, ready_snapshot
+from router.aio import check_cancelled
 from router.core.errors import CapacityExhausted, FileNotFound, NotReady, RateLimited, RouterError
 from router.dbthread import DbThread
 from router.frontends import openai
@@ -107,8 +108,10 @@ class Lease:
             try:
                 renewed = await async_client().eval(self._RENEW, 1, self.key, self.token, self.ms)
             except Exception as exc:  # Redis away: the lease may lapse; stop before another runner starts
+                check_cancelled()
                 log.warning("batch lease %s not renewed: %s", self.key, type(exc).__name__)
                 renewed = 0
+            check_cancelled()
             if not renewed:
                 self.lost = True
                 return
