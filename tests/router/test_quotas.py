@@ -13,7 +13,7 @@ import redis
 from django.conf import settings
 
 from router.core.buckets import NodeBuckets, Quota, Rate, request_items, token_item
-from router.quotas import QuotaStore, retry_after, store_for
+from router.quotas import LEASE_TTL, QuotaStore, lease_size, retry_after, store_for
 
 
 def _prefix() -> str:
@@ -111,3 +111,78 @@ def test_scope_and_retry_after() -> None:
     with pytest.raises(ValueError, match=r"rate_limits\.scope"):
         QuotaStore("planet")
     assert [retry_after(w) for w in (0.001, 1.0, 1.2, float("inf"))] == ["1", "1", "2", "60"]
+
+
+def _level(prefix: str, name: str) -> float:
+    return float(redis.Redis.from_url(settings.REDIS_URL).hget(f"{prefix}quota:{name}", "l"))
+
+
+async def test_a_busy_bucket_is_leased_a_slice_at_a_time(clean_redis) -> None:
+    """2,000 a second: a take leases 100 (50 ms of the rate) from Redis and the
+    next 99 are spent here; Redis's level says what left it, no more."""
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    store = QuotaStore("cluster", prefix=prefix)
+    rate = Rate(per_s=2000.0, burst=2000.0)
+    assert lease_size(rate) == 99
+    item = [("g", rate, 1.0, 1.0)]
+    now = 1_700_000_000.0
+    for _ in range(200):
+        assert await store.take(item, now) == (0.0, -1)
+    assert _level(prefix, "g") == 1800.0  # two calls, 100 tokens each, all spent
+    assert await store.take(item, now) == (0.0, -1)
+    assert _level(prefix, "g") == 1700.0 and store._leases["g"][0] == 99.0
+    # What is left of a lease past LEASE_TTL is dropped: the next take asks Redis again.
+    later = now + LEASE_TTL + 0.01
+    assert await store.take(item, later) == (0.0, -1)
+    assert _level(prefix, "g") == pytest.approx(min(2000.0, 1700.0 + (LEASE_TTL + 0.01) * 2000.0) - 100.0)
+
+
+async def test_leases_never_admit_more_than_the_bucket_holds(clean_redis) -> None:
+    """Two processes spending one bucket through leases: exactly its tokens
+    are admitted, however the takes interleave."""
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    one, two = QuotaStore("cluster", prefix=prefix), QuotaStore("cluster", prefix=prefix)
+    item = [("g", Rate(per_s=400.0, burst=40.0), 1.0, 1.0)]
+    assert lease_size(item[0][1]) == 4
+    now = 1_700_000_000.0
+    rnd = random.Random(3)
+    admitted = 0
+    for _ in range(80):
+        wait, _ = await rnd.choice((one, two)).take(item, now)
+        admitted += wait == 0
+    assert admitted == 40
+
+
+async def test_a_take_is_all_or_nothing_with_a_lease_in_it(clean_redis) -> None:
+    """A request's global token is in this process's lease but its client's
+    bucket is empty: refused, naming the client's bucket, and the lease keeps
+    its token."""
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    store = QuotaStore("cluster", prefix=prefix)
+    items = [("g", Rate(per_s=2000.0, burst=2000.0), 1.0, 1.0), ("ip:10.0.0.1", Rate(per_s=0.01, burst=1.0), 1.0, 1.0)]
+    now = 1_700_000_000.0
+    assert await store.take(items, now) == (0.0, -1)
+    assert store._leases["g"][0] == 99.0 and "ip:10.0.0.1" not in store._leases  # a slow bucket is not leased
+    wait, worst = await store.take(items, now)
+    assert wait > 0 and worst == 1
+    assert store._leases["g"][0] == 99.0
+
+
+async def test_a_tpm_admission_holds_for_the_lease_ttl(clean_redis) -> None:
+    """Not in debt, as Redis last said, for LEASE_TTL: then asked again, and
+    the debt its answers' tokens made is seen."""
+    prefix = _prefix()
+    clean_redis.append(prefix)
+    store = QuotaStore("cluster", prefix=prefix)
+    quota = Quota(tpm=Rate(per_s=10 / 60, burst=10.0))
+    now = 1_700_000_000.0
+    assert await store.take(request_items("b", quota), now) == (0.0, -1)
+    item = token_item("b", quota, 30)
+    assert item is not None
+    await store.take([item], now)  # the answer's tokens, paid at once: 10 - 30, floored at -10
+    assert await store.take(request_items("b", quota), now + LEASE_TTL / 2) == (0.0, -1)  # still held
+    wait, worst = await store.take(request_items("b", quota), now + LEASE_TTL + 0.01)
+    assert worst == 0 and wait == pytest.approx(11 / (10 / 60) - (LEASE_TTL + 0.01), abs=0.01)
