@@ -695,6 +695,9 @@ class _BackendChunks:
 
     def __init__(self) -> None:
         self._memo: dict[str, _Item] = {}
+        # The items' indentation the memo's texts were parsed at: an item's
+        # text after its dash is valid at one indentation and not at another.
+        self._memo_k = -1
         self._last: _Last | None = None  # the last remembered parse
         self._lock = threading.Lock()
 
@@ -808,7 +811,7 @@ class _BackendChunks:
                 return None  # another parse moved on meanwhile (the whole-file parse is right)
             # Set and list operations over the item texts (C loops): an edit
             # of one item in 20,000 costs a few ms, not a Python step per item.
-            memo = self._memo if remember else {}
+            memo = self._memo if remember and self._memo_k == cut.k else {}
             if len(memo) > len(cut.items) + self.MIN_ITEMS:  # refused edits left items behind
                 memo = {item: memo[item] for item in cut.items if item in memo}
             if recut is not None:
@@ -859,7 +862,7 @@ class _BackendChunks:
             if remember:
                 if len(memo) > len(cut.items) + self.MIN_ITEMS:  # keep what this file holds (bounded by it)
                     memo = dict(zip(cut.items, pairs, strict=True))
-                self._memo = memo
+                self._memo, self._memo_k = memo, cut.k
                 self._last = _Last(gen, cut, pairs, models, names)
         raw["backends"] = list(map(_RAW, pairs))
         return model, raw, Tracked(last.gen if last is not None else None, gen, gone, added)

@@ -294,3 +294,15 @@ def test_an_edit_after_another_process_applied_the_file_reads_only_its_rows(smal
         assert config_sync(path, incremental=True) is True
     assert reads and all(" IN (" in sql for sql in reads), reads  # never all 30 rows
     assert rows() == expected(render(fleet))
+
+
+def test_an_item_moved_to_another_indentation_is_parsed_again(small_files):
+    """Found by the property test above: the text after an item's dash is
+    the same at two indentations, valid at one and not at the other; the
+    items parsed at the first are not taken for the second."""
+    first = "backends:\n  - name: b0\n    url: http://h:0\n    models:\n      - m1\nhealth:\n  enabled: false\n# end\n"
+    parse(first, remember=True)
+    moved = first[:11] + "- {name: y, url: 'http://h:8', models: [m1]}\n" + first[11:]
+    assert moved.startswith("backends:\n - {name: y") and "\n - name: b0\n    url" in moved
+    assert outcome(lambda t: parse(t, remember=True), moved) == outcome(lambda t: _parse_whole(t, "<config>"), moved)
+    assert outcome(lambda t: parse(t, remember=True), moved)[0] == "error"
