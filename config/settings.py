@@ -149,14 +149,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ROUTER_MAX_BODY_BYTES + 1024
 ROUTER_FILES_MAX_BYTES = int(os.environ.get("ROUTER_FILES_MAX_BYTES", str(512 * 1024 * 1024)))
 ROUTER_FILES_MAX_BYTES_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_BYTES_PER_KEY", str(10 * 1024**3)))
 ROUTER_FILES_BODY_TIMEOUT = int(os.environ.get("ROUTER_FILES_BODY_TIMEOUT", "600"))
-# Where request bodies wait on disk: the surface's forms past 1 MiB (an audio
-# file to transcribe, an image to edit) while they are served, anonymous files
-# gone when closed (router/spool.py; their total is ROUTER_MAX_SPOOLED_BYTES,
-# config/server.py); and /v1/files uploads while they are parsed (on the
-# storage's filesystem by default, so storing one is a rename, not a copy).
+# Where request bodies wait on disk, as anonymous files gone when closed: the
+# surface's forms past 1 MiB (an audio file to transcribe, an image to edit)
+# while they are served (router/spool.py; their total is
+# ROUTER_MAX_SPOOLED_BYTES, config/server.py), and /v1/files uploads' raw
+# bodies while they arrive. Made on first use.
 ROUTER_SPOOL_DIR = Path(os.environ.get("ROUTER_SPOOL_DIR", VAR_DIR / "spool"))
-ROUTER_SPOOL_DIR.mkdir(parents=True, exist_ok=True)
-FILE_UPLOAD_TEMP_DIR = str(ROUTER_SPOOL_DIR)
 ROUTER_FILES_MAX_UPLOADS = int(os.environ.get("ROUTER_FILES_MAX_UPLOADS", "16"))  # at once, per web process
 ROUTER_FILES_MAX_PER_KEY = int(os.environ.get("ROUTER_FILES_MAX_PER_KEY", "10000"))  # files one key holds
 # Stored responses (/v1/responses with store, docs/responses.md): how long a

@@ -10,6 +10,7 @@ file, which the storage backend saves (a move, on the local filesystem).
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from typing import IO, Any
 
@@ -30,10 +31,16 @@ class TooLarge(Exception):
     """The body passed its limit while arriving."""
 
 
+def _spool_file() -> IO[bytes]:
+    """An anonymous file in ROUTER_SPOOL_DIR (made on first use)."""
+    os.makedirs(settings.ROUTER_SPOOL_DIR, exist_ok=True)
+    return tempfile.TemporaryFile(dir=settings.ROUTER_SPOOL_DIR)
+
+
 async def spool(receive, limit: int) -> IO[bytes] | None:
     """The whole body in a temporary file (positioned at 0); None if the
     client went away. Raises TooLarge once more than `limit` bytes came."""
-    out = tempfile.TemporaryFile(dir=settings.ROUTER_SPOOL_DIR)
+    out = await asyncio.to_thread(_spool_file)
     size = 0
     pending: list[bytes] = []
     pending_size = 0
