@@ -190,5 +190,5 @@ class Upload:
             yield piece
 
     async def read(self) -> bytes:
-        """The whole body at once (tests, and a backend that needs it whole)."""
+        """The whole body at once (for checks: the router itself only iterates it)."""
         return b"".join([piece async for piece in self])
