@@ -319,20 +319,25 @@ def test_lines_in_flight_stay_within_the_batch_and_node_bounds(router, backend):
 def test_a_key_past_its_unfinished_batches_is_429_until_one_ends(router, backend):
     """ROUTER_BATCH_MAX_ACTIVE_PER_KEY (2 here): a third unfinished batch is
     refused, nothing recorded; another key is not held back; once one ends
-    the key may create again."""
-    backend.behavior.delay_s = 0.3
-    client = sdk(router, create_key(router))
-    first = submit(client, [chat_line(f"a{i}") for i in range(20)])
-    second = submit(client, [chat_line(f"b{i}") for i in range(20)])
-    with pytest.raises(openai.RateLimitError) as err:
-        submit(client, [chat_line("c")])
-    body = err.value.body
-    assert body["code"] == "too_many_batches" and "2 unfinished batches" in body["message"]
-    assert {b.id for b in client.batches.list()} == {first.id, second.id}
-    other = sdk(router, create_key(router))
-    assert wait_status(other, submit(other, [chat_line("o")]).id).status == "completed"
-    client.batches.cancel(first.id)
+    the key may create again. The backend answers no line until the gate
+    opens, so the first two stay unfinished however loaded the machine."""
+    gate = threading.Event()
+    backend.behavior.gate = gate
+    try:
+        client = sdk(router, create_key(router))
+        first = submit(client, [chat_line(f"a{i}") for i in range(3)])
+        second = submit(client, [chat_line(f"b{i}") for i in range(3)])
+        with pytest.raises(openai.RateLimitError) as err:
+            submit(client, [chat_line("c")])
+        body = err.value.body
+        assert body["code"] == "too_many_batches" and "2 unfinished batches" in body["message"]
+        assert {b.id for b in client.batches.list()} == {first.id, second.id}
+        other = sdk(router, create_key(router))
+        theirs = submit(other, [chat_line("o")])
+        client.batches.cancel(first.id)
+    finally:
+        gate.set()
     assert wait_status(client, first.id).status == "cancelled"
     third = submit(client, [chat_line("c")])
-    assert wait_status(client, third.id).status == "completed"
-    assert wait_status(client, second.id).status == "completed"
+    for batch_id, owner in ((third.id, client), (second.id, client), (theirs.id, other)):
+        assert wait_status(owner, batch_id).status == "completed"
